@@ -1,0 +1,51 @@
+# sandpod — `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+NPM ?= npm
+VITEST := npx vitest run
+APT_PACKAGES_FILE := .ci/apt-packages.txt
+
+.PHONY: help deps system-deps run test test-unit test-pglite bench lint typecheck migrate clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+node_modules/.package-lock.json: package.json package-lock.json
+	$(NPM) ci --no-audit --no-fund
+	@touch $@
+
+deps: node_modules/.package-lock.json ## Install npm dependencies (npm ci)
+
+system-deps: ## Install the Debian packages the sandbox needs (bubblewrap, runsc, ...) when missing
+	@missing=$$(for p in $$(grep -v '^#' $(APT_PACKAGES_FILE) 2>/dev/null || echo bubblewrap runsc); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then echo "installing: $$missing"; \
+	    (apt-get install -y --no-install-recommends $$missing >/dev/null 2>&1 || \
+	     (apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing)); \
+	  else echo "missing Debian packages (run as root or: sudo apt-get install $$missing): the best sandbox may be unavailable"; fi; \
+	fi
+
+run: deps system-deps ## Start the service on the embedded default (PGlite + best local sandbox) on :8000
+	node --import tsx src/main.ts
+
+migrate: deps ## Apply database migrations (SVC_DATABASE_URL or the embedded PGlite)
+	node --import tsx src/store/migrate.ts
+
+test: deps system-deps ## Run the whole suite: against PostgreSQL, then the database tests again on PGlite
+	$(VITEST)
+	SANDPOD_TEST_DB=pglite $(VITEST) test/integration/api test/integration/store
+
+test-unit: deps ## Unit tests only (fast, no sandbox or database)
+	$(VITEST) test/unit
+
+bench: deps system-deps ## Benchmarks with a report against the bare floor measured in the same run
+	npx tsx bench/run.ts
+
+typecheck: deps ## TypeScript strict check
+	npx tsc -p tsconfig.json --noEmit
+
+lint: typecheck ## Static checks (the type checker is the linter here)
+
+clean: ## Remove the local workspace and build outputs
+	rm -rf .workspace dist .bench
