@@ -1,0 +1,58 @@
+/**
+ * Prometheus metrics (`GET /metrics`): runs by status and job type, run duration and queue wait
+ * histograms, queue depth, worker slots and breaker state. One registry per service instance, so
+ * tests can build several apps in one process.
+ */
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { ExecutionRow } from './store/database.ts';
+
+/** The service's metrics. */
+export class Metrics {
+  readonly registry = new Registry();
+  readonly runs: Counter<'status' | 'job_type' | 'mode' | 'error_type'>;
+  readonly runDuration: Histogram<'job_type' | 'status'>;
+  readonly queueWait: Histogram<'job_type'>;
+  readonly queueDepth: Gauge<'state'>;
+  readonly slotsBusy: Gauge;
+  readonly breakerState: Gauge;
+  readonly submissions: Counter<'mode' | 'outcome'>;
+
+  constructor(opts: { defaultMetrics?: boolean } = {}) {
+    const registers = [this.registry];
+    this.runs = new Counter({ name: 'sandpod_runs_total', help: 'Finished runs by status and job type', labelNames: ['status', 'job_type', 'mode', 'error_type'], registers });
+    this.runDuration = new Histogram({
+      name: 'sandpod_run_duration_seconds',
+      help: 'Run duration from start to end',
+      labelNames: ['job_type', 'status'],
+      buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300],
+      registers,
+    });
+    this.queueWait = new Histogram({
+      name: 'sandpod_queue_wait_seconds',
+      help: 'Time a job waited in the queue before a worker took it',
+      labelNames: ['job_type'],
+      buckets: [0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300],
+      registers,
+    });
+    this.queueDepth = new Gauge({ name: 'sandpod_queue_depth', help: 'Jobs queued or running (all processes)', labelNames: ['state'], registers });
+    this.slotsBusy = new Gauge({ name: 'sandpod_worker_slots_busy', help: 'Worker slots in use in this process', registers });
+    this.breakerState = new Gauge({ name: 'sandpod_circuit_breaker_state', help: 'Circuit breaker: 0 closed, 1 half_open, 2 open', registers });
+    this.submissions = new Counter({ name: 'sandpod_submissions_total', help: 'Accepted submissions', labelNames: ['mode', 'outcome'], registers });
+    if (opts.defaultMetrics) collectDefaultMetrics({ register: this.registry, prefix: 'sandpod_' });
+  }
+
+  /** Records a run that started (queue wait for async jobs). */
+  started(row: ExecutionRow): void {
+    if (row.mode === 'async' && row.started_at) {
+      const wait = (new Date(row.started_at).getTime() - new Date(row.created_at).getTime()) / 1000;
+      this.queueWait.observe({ job_type: row.job_type }, Math.max(0, wait));
+    }
+  }
+
+  /** Records a finished run. */
+  finished(row: ExecutionRow): void {
+    const errorType = (row.error as { type?: string } | null)?.type ?? '';
+    this.runs.inc({ status: row.status, job_type: row.job_type, mode: row.mode, error_type: errorType });
+    if (row.duration_ms !== null) this.runDuration.observe({ job_type: row.job_type, status: row.status }, row.duration_ms / 1000);
+  }
+}
