@@ -1,0 +1,183 @@
+/**
+ * Execution records and the durable queue on the same table. Plain functions taking a kysely handle
+ * (or a transaction) first; callers own transactions.
+ */
+import { sql, type Kysely, type Transaction } from 'kysely';
+import type { Database, ExecutionRow, ExecutionUpdate, NewExecutionRow } from './database.ts';
+
+type Q = Kysely<Database> | Transaction<Database>;
+
+/** Statuses that end a record. */
+export const TERMINAL_STATUSES = ['succeeded', 'failed', 'timeout', 'oom', 'cancelled'] as const;
+
+/** Inserts a record. */
+export async function insertExecution(db: Q, row: NewExecutionRow): Promise<ExecutionRow> {
+  return db.insertInto('executions').values(row).returningAll().executeTakeFirstOrThrow();
+}
+
+/** Inserts several records in one statement; returns them in the order given. */
+export async function insertExecutions(db: Q, rows: NewExecutionRow[]): Promise<ExecutionRow[]> {
+  const out = await db.insertInto('executions').values(rows).returningAll().execute();
+  const byId = new Map(out.map((r) => [r.id, r]));
+  return rows.map((r) => byId.get(r.id)!);
+}
+
+/**
+ * Inserts a record unless its idempotency key exists; returns the inserted or the existing row.
+ * One statement, so concurrent submissions with one key create one job.
+ */
+export async function insertIdempotent(db: Q, row: NewExecutionRow): Promise<{ row: ExecutionRow; created: boolean }> {
+  const inserted = await db
+    .insertInto('executions')
+    .values(row)
+    .onConflict((oc) => oc.column('idempotency_key').where('idempotency_key', 'is not', null).doNothing())
+    .returningAll()
+    .executeTakeFirst();
+  if (inserted) return { row: inserted, created: true };
+  const existing = await db
+    .selectFrom('executions')
+    .selectAll()
+    .where('idempotency_key', '=', row.idempotency_key ?? '')
+    .executeTakeFirstOrThrow();
+  return { row: existing, created: false };
+}
+
+/** One record by id. */
+export async function getExecution(db: Q, id: string): Promise<ExecutionRow | undefined> {
+  return db.selectFrom('executions').selectAll().where('id', '=', id).executeTakeFirst();
+}
+
+/**
+ * Updates a record only while it has one of `fromStatuses` (and, when given, is held by `claimedBy`):
+ * the guard that makes finalization happen once even with several processes. Returns the new row, or
+ * undefined when the guard did not match.
+ */
+export async function updateExecutionIf(
+  db: Q,
+  id: string,
+  fromStatuses: readonly string[],
+  patch: ExecutionUpdate,
+  claimedBy?: string,
+): Promise<ExecutionRow | undefined> {
+  let q = db.updateTable('executions').set(patch).where('id', '=', id).where('status', 'in', [...fromStatuses]);
+  if (claimedBy !== undefined) q = q.where('claimed_by', '=', claimedBy);
+  return q.returningAll().executeTakeFirst();
+}
+
+/**
+ * Settles a running record held by `claimedBy` and sends `NOTIFY channel, id` in the same statement
+ * (delivered on commit, so a waiter never sees the notification before the row). One round trip.
+ */
+export async function settleRunning(db: Q, id: string, claimedBy: string, patch: ExecutionUpdate, channel: string): Promise<ExecutionRow | undefined> {
+  const row = await db
+    .with('u', (q) => q.updateTable('executions').set(patch).where('id', '=', id).where('status', '=', 'running').where('claimed_by', '=', claimedBy).returningAll())
+    .selectFrom('u')
+    .selectAll()
+    .select(sql<string>`pg_notify(${channel}, u.id)`.as('notified'))
+    .executeTakeFirst();
+  if (!row) return undefined;
+  const { notified: _notified, ...rest } = row;
+  return rest as ExecutionRow;
+}
+
+/** Filters of the history list. */
+export interface ListFilter {
+  status?: string | undefined;
+  jobType?: string | undefined;
+  limit: number;
+  offset: number;
+}
+
+/** Newest first; fetches one row more than `limit` to tell whether more exist. */
+export async function listExecutions(db: Q, f: ListFilter): Promise<{ rows: ExecutionRow[]; hasMore: boolean }> {
+  let q = db.selectFrom('executions').selectAll();
+  if (f.status) q = q.where('status', '=', f.status);
+  if (f.jobType) q = q.where('job_type', '=', f.jobType);
+  const rows = await q.orderBy('created_at', 'desc').orderBy('id', 'desc').limit(f.limit + 1).offset(f.offset).execute();
+  return { rows: rows.slice(0, f.limit), hasMore: rows.length > f.limit };
+}
+
+/**
+ * Claims the oldest queued record for `worker` (`FOR UPDATE SKIP LOCKED` in one short statement), so
+ * several processes never run one job twice.
+ */
+export async function claimNext(db: Q, worker: string, now: Date): Promise<ExecutionRow | undefined> {
+  const res = await sql<ExecutionRow>`
+    UPDATE executions SET status = 'running', claimed_by = ${worker}, started_at = ${now}, heartbeat_at = ${now},
+           phase = 'startup', attempts = attempts + 1
+    WHERE id = (
+      SELECT id FROM executions WHERE status = 'queued'
+      ORDER BY created_at, id
+      LIMIT 1
+      FOR UPDATE SKIP LOCKED
+    )
+    RETURNING *`.execute(db);
+  return res.rows[0];
+}
+
+/** Counts of queued and running records (the queue's depth). */
+export async function queueCounts(db: Q): Promise<{ queued: number; running: number }> {
+  const r = await sql<{ queued: number; running: number }>`
+    SELECT (SELECT count(*) FROM executions WHERE status = 'queued')::int AS queued,
+           (SELECT count(*) FROM executions WHERE status = 'running')::int AS running`.execute(db);
+  return r.rows[0] ?? { queued: 0, running: 0 };
+}
+
+/**
+ * Jobs queued or running, counted up to `cap` (the bound is all admission needs, and it keeps the
+ * count cheap however deep the queue is).
+ */
+export async function activeCountUpTo(db: Q, cap: number): Promise<number> {
+  const r = await sql<{ n: number }>`
+    SELECT count(*)::int AS n FROM (
+      SELECT 1 FROM executions WHERE status = 'queued'
+      UNION ALL
+      SELECT 1 FROM executions WHERE status = 'running'
+      LIMIT ${cap}
+    ) t`.execute(db);
+  return r.rows[0]?.n ?? 0;
+}
+
+/** Position (1-based) of a queued record among queued records, oldest first. */
+export async function queuePosition(db: Q, id: string): Promise<number | null> {
+  const r = await sql<{ pos: number }>`
+    SELECT count(*)::int AS pos FROM executions q, executions me
+    WHERE me.id = ${id} AND me.status = 'queued' AND q.status = 'queued'
+      AND (q.created_at, q.id) <= (me.created_at, me.id)`.execute(db);
+  const pos = r.rows[0]?.pos ?? 0;
+  return pos > 0 ? pos : null;
+}
+
+/**
+ * Refreshes the heartbeat of the records a worker holds; returns those of them whose cancellation
+ * was requested (by any process), in the same round trip.
+ */
+export async function heartbeat(db: Q, worker: string, ids: string[], now: Date): Promise<string[]> {
+  if (ids.length === 0) return [];
+  const rows = await db
+    .updateTable('executions')
+    .set({ heartbeat_at: now })
+    .where('claimed_by', '=', worker)
+    .where('id', 'in', ids)
+    .where('status', '=', 'running')
+    .returning(['id', 'cancel_requested'])
+    .execute();
+  return rows.filter((r) => r.cancel_requested).map((r) => r.id);
+}
+
+/** Who holds each running record not held by `worker`, and when it last heartbeated (no payloads). */
+export async function runningHolders(db: Q, worker: string): Promise<{ id: string; claimed_by: string | null; heartbeat_at: Date | null }[]> {
+  return db
+    .selectFrom('executions')
+    .select(['id', 'claimed_by', 'heartbeat_at'])
+    .where('status', '=', 'running')
+    .where((eb) => eb.or([eb('claimed_by', 'is', null), eb('claimed_by', '!=', worker)]))
+    .execute();
+}
+
+/** Of `ids`, those with a non-terminal record. */
+export async function liveIds(db: Q, ids: string[]): Promise<Set<string>> {
+  if (ids.length === 0) return new Set();
+  const rows = await db.selectFrom('executions').select('id').where('id', 'in', ids).where('status', 'not in', [...TERMINAL_STATUSES]).execute();
+  return new Set(rows.map((r) => r.id));
+}

@@ -1,0 +1,34 @@
+/**
+ * Migrations: ordered files under `migrations/`, applied with kysely's Migrator. `npm run migrate`
+ * (a Helm hook in the cluster) runs them; the embedded default migrates at start.
+ */
+import { Migrator, type Kysely, type Migration, type MigrationProvider } from 'kysely';
+import * as m0001 from './migrations/0001_initial.ts';
+
+/** Static provider: migrations are imported, so bundling and tsx both find them. */
+const provider: MigrationProvider = {
+  async getMigrations(): Promise<Record<string, Migration>> {
+    return { '0001_initial': m0001 };
+  },
+};
+
+/** Applies every pending migration; throws with the failing migration's error. */
+export async function migrateToLatest(db: Kysely<any>): Promise<void> {
+  const migrator = new Migrator({ db, provider, migrationTableName: 'sandpod_migrations', migrationLockTableName: 'sandpod_migrations_lock' });
+  const { error, results } = await migrator.migrateToLatest();
+  const failed = results?.find((r) => r.status === 'Error');
+  if (error) throw new Error(`migration ${failed?.migrationName ?? ''} failed: ${(error as Error).message ?? String(error)}`);
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const { loadConfig } = await import('../config.ts');
+  const { createDb } = await import('./database.ts');
+  const config = loadConfig();
+  const db = await createDb({ url: config.database_url, workspace: config.workspace });
+  try {
+    await migrateToLatest(db.kysely);
+    console.log(JSON.stringify({ msg: 'migrations applied', database: db.kind }));
+  } finally {
+    await db.destroy();
+  }
+}
