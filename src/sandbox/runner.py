@@ -1,0 +1,546 @@
+#!/usr/bin/env python3
+"""sandpod sandbox runner: runs the user's program inside a sandbox and reports what happened.
+
+The same file is used by every runtime (local bubblewrap/gVisor/process engines, and the `main`
+container of a Kubernetes run). Keep the CLI below stable: other runtimes depend on it.
+
+CLI
+    python3 runner.py [options]
+
+    --code PATH             program to run (default /code/main.py)
+    --input PATH            input data (default /input/data.json; only checked to exist, the program reads it)
+    --output DIR            output directory (default /output); control files are written here
+    --timeout SECONDS       execution time limit (float, default 30); on expiry the whole process group
+                            of the program is killed with SIGKILL
+    --max-stream-bytes N    bytes kept of each of stdout and stderr (default 32768); the rest is read
+                            and dropped, and the truncation flag is set
+    --tee                   also copy the program's stdout/stderr (uncapped) to the runner's own
+                            stdout/stderr, e.g. so `kubectl logs` shows them
+    --phase-fd N            write `execution\\n` to fd N just before the program starts (a hint for the
+                            runtime; N may be 1). The program never inherits this fd.
+    --env KEY=VALUE         extra environment variable for the program (repeatable; job type env)
+    --python-path DIR       directory put on PYTHONPATH (repeatable; e.g. /deps with installed requirements)
+    --rlimit NAME=N         resource limit (soft = hard) applied to the program before it starts
+                            (repeatable; NAME one of fsize, nproc, nofile, as, core, cpu, stack)
+    --cwd DIR               working directory of the program (default: the runner's)
+    --tmp DIR               scratch directory named by HOME and TMPDIR (default /tmp)
+    --exec                  run the program in the runner's own process instead of a forked child, for
+                            runtimes that watch the sandbox themselves: no --timeout, no stream capture
+                            (after the phase marker the program writes to the runner's stdout/stderr),
+                            no .svc_stdout/.svc_stderr; .svc_report.json is written only for an uncaught
+                            exception (its exception fields, exit_code 1). The exit status is the
+                            program's, exactly as with `python PATH`.
+
+Environment
+    The program's environment is built from scratch: PATH, HOME and TMPDIR (--tmp), LANG=C.UTF-8,
+    PYTHONPATH (from --python-path) and the --env pairs (plus PWD when it names the working directory). When the runner's own environment differs
+    from that (e.g. Kubernetes injected KUBERNETES_* variables), the runner re-executes itself once with
+    exactly that environment, so not even /proc/<runner pid>/environ shows anything else.
+
+Files written (all in --output)
+    .svc_phase          `execution` before the program starts, then `completed` (exit 0) or `failed`;
+                        left at `execution` when the timeout fired
+    .svc_stdout         captured stdout (at most --max-stream-bytes bytes)
+    .svc_stderr         captured stderr (same cap); an uncaught exception's traceback is printed
+                        exactly as CPython prints it
+    .svc_report.json    {phase, exit_code, signal, exception, missing_module, exception_message,
+                         execution_ms, max_rss_kb, cpu_time_ms, stdout_truncated, stderr_truncated,
+                         timed_out}
+    The report is untrusted by design: the program runs with the runner's uid and can overwrite it.
+
+Exit status of the runner
+    the program's exit code when it exited (SystemExit semantics as in CPython);
+    128 + N when the program was killed by signal N;
+    124 when the execution timeout fired (the program was killed);
+    125 when the runner itself failed (bad arguments, cannot fork).
+
+How the program is run
+    No second interpreter: the runner forks itself; the child calls setsid(), applies rlimits, points
+    fds 0/1/2 at /dev/null and the capture pipes, sets sys.argv / sys.path[0] as `python PATH` would,
+    and compiles and executes the file in a fresh `__main__` module (what runpy.run_path does, without
+    runpy's imports). Uncaught exceptions go through sys.excepthook with the runner's frames removed.
+    The runner's own objects are frozen (gc.freeze) before the fork, so the program's garbage
+    collections do not walk, and copy, the pages it shares with the runner.
+"""
+import os
+import sys
+
+EXIT_TIMEOUT = 124
+EXIT_RUNNER_ERROR = 125
+BASE_PATH = '/usr/local/bin:/usr/bin:/bin'
+RLIMITS = {
+    'fsize': 'RLIMIT_FSIZE',
+    'nproc': 'RLIMIT_NPROC',
+    'nofile': 'RLIMIT_NOFILE',
+    'as': 'RLIMIT_AS',
+    'core': 'RLIMIT_CORE',
+    'cpu': 'RLIMIT_CPU',
+    'stack': 'RLIMIT_STACK',
+}
+
+
+class Args:
+    code = '/code/main.py'
+    input = '/input/data.json'
+    output = '/output'
+    timeout = 30.0
+    max_stream_bytes = 32768
+    tee = False
+    phase_fd = -1
+    cwd = None
+    tmp = '/tmp'
+    reexeced = False
+    exec_mode = False
+
+    def __init__(self):
+        self.env = []
+        self.python_path = []
+        self.rlimits = []
+
+
+def die(msg):
+    os.write(2, ('sandpod runner: %s\n' % msg).encode())
+    os._exit(EXIT_RUNNER_ERROR)
+
+
+def parse_args(argv):
+    a = Args()
+    i = 0
+    valued = {'--code', '--input', '--output', '--timeout', '--max-stream-bytes', '--phase-fd', '--env',
+              '--python-path', '--rlimit', '--cwd', '--tmp'}
+    while i < len(argv):
+        opt = argv[i]
+        val = None
+        if '=' in opt and opt.startswith('--') and opt.split('=', 1)[0] in valued:
+            opt, val = opt.split('=', 1)
+        elif opt in valued:
+            i += 1
+            if i >= len(argv):
+                die('%s needs a value' % opt)
+            val = argv[i]
+        try:
+            if opt == '--code':
+                a.code = val
+            elif opt == '--input':
+                a.input = val
+            elif opt == '--output':
+                a.output = val
+            elif opt == '--timeout':
+                a.timeout = float(val)
+            elif opt == '--max-stream-bytes':
+                a.max_stream_bytes = int(val)
+            elif opt == '--phase-fd':
+                a.phase_fd = int(val)
+            elif opt == '--env':
+                if '=' not in val:
+                    die('--env needs KEY=VALUE')
+                a.env.append(val)
+            elif opt == '--python-path':
+                a.python_path.append(val)
+            elif opt == '--rlimit':
+                name, n = val.split('=', 1)
+                if name not in RLIMITS:
+                    die('unknown rlimit %s' % name)
+                a.rlimits.append((name, int(n)))
+            elif opt == '--cwd':
+                a.cwd = val
+            elif opt == '--tmp':
+                a.tmp = val
+            elif opt == '--tee':
+                a.tee = True
+            elif opt == '--exec':
+                a.exec_mode = True
+            elif opt == '--reexeced':
+                a.reexeced = True
+            else:
+                die('unknown option %s' % opt)
+        except ValueError:
+            die('bad value for %s: %r' % (opt, val))
+        i += 1
+    return a
+
+
+def program_env(a):
+    """The program's whole environment, built from scratch."""
+    env = {'PATH': BASE_PATH, 'HOME': a.tmp, 'TMPDIR': a.tmp, 'LANG': 'C.UTF-8'}
+    if a.python_path:
+        env['PYTHONPATH'] = ':'.join(a.python_path)
+    for kv in a.env:
+        k, v = kv.split('=', 1)
+        env[k] = v
+    return env
+
+
+def write_file(path, data):
+    # The program may have left a symlink or anything else under this name: replace it, never follow it.
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError:
+        return
+    except OSError:
+        pass
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError:
+        return
+    try:
+        while data:
+            n = os.write(fd, data)
+            data = data[n:]
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def apply_rlimits(a, err_fd):
+    if a.rlimits:
+        import resource
+        for name, n in a.rlimits:
+            try:
+                resource.setrlimit(getattr(resource, RLIMITS[name]), (n, n))
+            except (ValueError, OSError) as e:
+                os.write(err_fd, ('sandpod runner: cannot set rlimit %s: %s\n' % (name, e)).encode())
+                os._exit(EXIT_RUNNER_ERROR)
+
+
+def child(a, out_w, err_w, info_w):
+    """Runs in the forked child; never returns (ends through SystemExit like `python PATH`)."""
+    import _signal
+    _signal.set_wakeup_fd(-1)
+    for s in (_signal.SIGCHLD, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGALRM):
+        _signal.signal(s, _signal.SIG_DFL)
+    os.setsid()
+    apply_rlimits(a, err_w)
+    null = os.open('/dev/null', os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(out_w, 1)
+    os.dup2(err_w, 2)
+    for fd in (null, out_w, err_w):
+        if fd > 2:
+            os.close(fd)
+    if a.cwd:
+        os.chdir(a.cwd)
+    run_program(a, lambda e: report_exception(e, info_w))
+
+
+def run_program(a, on_exception):
+    """Runs the program as `python PATH` would in this process; never returns."""
+    import _signal
+    code_path = os.path.abspath(a.code)
+    sys.argv = [a.code]
+    sys.path[0] = os.path.dirname(code_path)
+    # What `python PATH` does, without runpy (whose imports would cost more than the program):
+    # a fresh __main__ module, the file compiled with its own name, executed in that module.
+    import builtins
+    main_mod = type(sys)('__main__')
+    main_mod.__file__ = a.code
+    main_mod.__cached__ = None
+    main_mod.__builtins__ = builtins
+    try:
+        main_mod.__loader__ = sys.modules['_frozen_importlib_external'].SourceFileLoader('__main__', a.code)
+    except (KeyError, AttributeError):
+        pass
+    sys.modules['__main__'] = main_mod
+    try:
+        with open(a.code, 'rb') as f:
+            source = f.read()
+        exec(compile(source, a.code, 'exec'), main_mod.__dict__)
+    except SystemExit:
+        raise
+    except BaseException as e:  # noqa: B902 — every uncaught exception is reported, like CPython does
+        on_exception(e)
+        # Drop the runner's frames so the traceback starts where `python PATH` would start it.
+        t = e.__traceback__
+        while t is not None and t.tb_frame.f_code.co_filename not in (a.code, code_path):
+            t = t.tb_next
+        e.__traceback__ = t
+        try:
+            sys.excepthook(type(e), e, t)
+        except BaseException:
+            pass
+        if isinstance(e, KeyboardInterrupt):
+            sys.stdout.flush()
+            sys.stderr.flush()
+            _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
+            os.kill(os.getpid(), _signal.SIGINT)
+        raise SystemExit(1)
+    raise SystemExit(0)
+
+
+def exception_parts(e):
+    """class, MRO (comma-separated), missing module, message."""
+    cls = type(e)
+    missing = getattr(e, 'name', None) if isinstance(e, ImportError) else None
+    try:
+        msg = str(e)[:2000]
+    except BaseException:
+        msg = ''
+    return [cls.__name__, ','.join(c.__name__ for c in cls.__mro__), missing if isinstance(missing, str) else '', msg]
+
+
+def exception_fields(parts):
+    return {'exception': parts[0], 'exception_mro': parts[1].split(',') if parts[1] else None,
+            'missing_module': parts[2] or None, 'exception_message': parts[3]}
+
+
+def report_exception(e, info_w):
+    # NUL-separated so the parent needs no json module.
+    try:
+        os.write(info_w, '\0'.join(p.replace('\0', ' ') for p in exception_parts(e)).encode('utf-8', 'replace'))
+    except BaseException:
+        pass
+
+
+def run_in_process(a):
+    """--exec: the program runs in this process; never returns."""
+    write_file(os.path.join(a.output, '.svc_phase'), b'execution')
+    if a.phase_fd >= 0:
+        try:
+            os.write(a.phase_fd, b'execution\n')
+        except OSError:
+            pass
+        if a.phase_fd > 2:
+            try:
+                os.close(a.phase_fd)
+            except OSError:
+                pass
+    apply_rlimits(a, 2)
+    if a.cwd:
+        os.chdir(a.cwd)
+
+    def on_exception(e):
+        try:
+            report = {'phase': 'failed', 'exit_code': 1}
+            report.update(exception_fields(exception_parts(e)))
+            write_file(os.path.join(a.output, '.svc_report.json'), to_json(report).encode('utf-8', 'replace'))
+        except BaseException:
+            pass
+
+    run_program(a, on_exception)
+
+
+def to_json(v):
+    """A tiny JSON encoder for the report (importing json would pull in re)."""
+    if v is None:
+        return 'null'
+    if v is True:
+        return 'true'
+    if v is False:
+        return 'false'
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        out = ['"']
+        for ch in v:
+            o = ord(ch)
+            if ch == '"' or ch == '\\':
+                out.append('\\' + ch)
+            elif o < 0x20 or 0xd800 <= o <= 0xdfff:
+                out.append('\\u%04x' % o)
+            else:
+                out.append(ch)
+        out.append('"')
+        return ''.join(out)
+    if isinstance(v, (list, tuple)):
+        return '[' + ','.join(to_json(x) for x in v) + ']'
+    if isinstance(v, dict):
+        return '{' + ','.join(to_json(str(k)) + ':' + to_json(x) for k, x in v.items()) + '}'
+    return to_json(str(v))
+
+
+def main():
+    a = parse_args(sys.argv[1:])
+    env = program_env(a)
+    current = dict(os.environ)
+    # PWD is set by sandbox tools (bwrap) to the working directory: harmless, not worth a re-exec.
+    if current.get('PWD') == os.getcwd():
+        env['PWD'] = current['PWD']
+    if current != env:
+        if a.reexeced:
+            die('environment could not be cleaned')
+        # One extra interpreter start only where the environment carries more than it should (Kubernetes).
+        orig = getattr(sys, 'orig_argv', None) or [sys.executable] + sys.argv
+        argv = [sys.executable] + list(orig[1:]) + ['--reexeced']
+        try:
+            os.execve(sys.executable, argv, env)
+        except OSError as e:
+            die('cannot re-exec with a clean environment: %s' % e)
+
+    if a.exec_mode:
+        run_in_process(a)
+
+    import gc
+    import resource  # noqa: F401 — os.wait4 imports it for its result; imported once, before the fork
+    import select
+    import time
+    import _signal as signal  # the C module: `signal` would import enum and collections
+
+    out_dir = a.output
+    write_file(os.path.join(out_dir, '.svc_phase'), b'execution')
+    if a.phase_fd >= 0:
+        try:
+            os.write(a.phase_fd, b'execution\n')
+        except OSError:
+            pass
+
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(wake_w)
+    out_r, out_w = os.pipe2(os.O_CLOEXEC)
+    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    info_r, info_w = os.pipe2(os.O_CLOEXEC)
+    terminated = []
+
+    def on_term(signum, _frame):
+        terminated.append(signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The child shares every page of this interpreter copy-on-write; a collection (or the exit) that
+    # walks the runner's own objects would copy them all. Frozen, the collector leaves them alone.
+    gc.freeze()
+    t0 = time.monotonic()
+    try:
+        pid = os.fork()
+    except OSError as e:
+        die('cannot fork: %s' % e)
+    if pid == 0:
+        for fd in (wake_r, wake_w, out_r, err_r, info_r):
+            os.close(fd)
+        if a.phase_fd > 2:
+            try:
+                os.close(a.phase_fd)
+            except OSError:
+                pass
+        child(a, out_w, err_w, info_w)
+        os._exit(EXIT_RUNNER_ERROR)  # not reached
+    os.close(out_w)
+    os.close(err_w)
+    os.close(info_w)
+    if a.phase_fd > 2:
+        try:
+            os.close(a.phase_fd)
+        except OSError:
+            pass
+
+    cap = a.max_stream_bytes
+    bufs = {out_r: bytearray(), err_r: bytearray()}
+    truncated = {out_r: False, err_r: False}
+    tee_fd = {out_r: 1, err_r: 2}
+    info = bytearray()
+    open_fds = [out_r, err_r, info_r]
+    deadline = t0 + a.timeout
+    status = None
+    rusage = None
+    timed_out = False
+
+    def read_ready(timeout):
+        try:
+            ready, _, _ = select.select(open_fds + [wake_r], [], [], max(0.0, timeout))
+        except InterruptedError:
+            return
+        for fd in ready:
+            if fd == wake_r:
+                try:
+                    os.read(wake_r, 512)
+                except BlockingIOError:
+                    pass
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                open_fds.remove(fd)
+                continue
+            if fd == info_r:
+                if len(info) < 65536:
+                    info.extend(chunk)
+                continue
+            b = bufs[fd]
+            room = cap - len(b)
+            if room > 0:
+                b.extend(chunk[:room])
+            if len(chunk) > room:
+                truncated[fd] = True
+            if a.tee:
+                try:
+                    os.write(tee_fd[fd], chunk)
+                except OSError:
+                    pass
+
+    while status is None:
+        done, st, ru = os.wait4(pid, os.WNOHANG)
+        if done:
+            status, rusage = st, ru
+            break
+        if terminated:
+            os.killpg(pid, signal.SIGKILL)
+            status, rusage = os.wait4(pid, 0)[1:]
+            break
+        now = time.monotonic()
+        if now >= deadline:
+            timed_out = True
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            status, rusage = os.wait4(pid, 0)[1:]
+            break
+        read_ready(deadline - now)
+    elapsed_ms = int((time.monotonic() - t0) * 1000)
+    # Whatever the program left behind in its process group goes now; then drain what they wrote.
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    drain_until = time.monotonic() + 0.5
+    while open_fds and time.monotonic() < drain_until:
+        read_ready(drain_until - time.monotonic())
+
+    exit_code = None
+    sig = None
+    if os.WIFEXITED(status):
+        exit_code = os.WEXITSTATUS(status)
+    elif os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+    if timed_out:
+        runner_exit = EXIT_TIMEOUT
+        exit_code = None
+        sig = signal.SIGKILL
+    elif sig is not None:
+        runner_exit = 128 + sig
+    else:
+        runner_exit = exit_code
+
+    exc = {}
+    if info:
+        parts = info.decode('utf-8', 'replace').split('\0', 3)
+        if len(parts) == 4:
+            exc = exception_fields(parts)
+    phase = 'execution' if timed_out else ('completed' if runner_exit == 0 else 'failed')
+    report = {
+        'phase': phase,
+        'exit_code': exit_code,
+        'signal': int(sig) if sig is not None else None,
+        'exception': exc.get('exception'),
+        'exception_mro': exc.get('exception_mro'),
+        'missing_module': exc.get('missing_module'),
+        'exception_message': exc.get('exception_message'),
+        'execution_ms': elapsed_ms,
+        'max_rss_kb': int(rusage.ru_maxrss) if rusage else None,
+        'cpu_time_ms': int((rusage.ru_utime + rusage.ru_stime) * 1000) if rusage else None,
+        'stdout_truncated': truncated[out_r],
+        'stderr_truncated': truncated[err_r],
+        'timed_out': timed_out,
+    }
+    write_file(os.path.join(out_dir, '.svc_stdout'), bytes(bufs[out_r]))
+    write_file(os.path.join(out_dir, '.svc_stderr'), bytes(bufs[err_r]))
+    write_file(os.path.join(out_dir, '.svc_report.json'), to_json(report).encode('utf-8', 'replace'))
+    write_file(os.path.join(out_dir, '.svc_phase'), phase.encode())
+    os._exit(runner_exit)
+
+
+if __name__ == '__main__':
+    main()
