@@ -1,0 +1,223 @@
+/**
+ * The Node side of `spawner.py`: one small long-lived root process that forks the sandboxes' first
+ * processes, so the service's own (large) process never forks per run. See spawner.py for why and
+ * for the line protocol.
+ *
+ * A {@link SpawnedProc} is a pre-forked child that already sits in its run's cgroups; `launch()`
+ * makes it exec the sandbox command. Its stdout/stderr arrive as events, and `closed` resolves like
+ * Node's 'close' (exited and both pipes at EOF).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { constants } from 'node:os';
+import { fileURLToPath } from 'node:url';
+
+/** Absolute path of the spawner script shipped with this source tree. */
+export const SPAWNER_SOURCE = fileURLToPath(new URL('./spawner.py', import.meta.url));
+
+/** [exit code, signal, why it could not be started]. */
+export type ExitInfo = [number | null, NodeJS.Signals | null, string | null];
+
+/** A process started for a run, however it was started. */
+export interface RunProc {
+  onStdout(cb: (chunk: Buffer) => void): void;
+  onStderr(cb: (chunk: Buffer) => void): void;
+  /** SIGKILL to the process group (no-op once it was reaped). */
+  kill(): void;
+  /** Resolves once the process exited and its stdio closed. */
+  closed: Promise<ExitInfo>;
+}
+
+/** What a warm child execs. */
+export interface SpawnCommand {
+  file: string;
+  args: string[];
+  env: Record<string, string>;
+  cwd?: string | undefined;
+  /**
+   * At most this many bytes of stdout and of stderr are passed on, by a relay that stays in the
+   * run's cgroups (so dropping the rest is charged to the run); it ends as the command ended.
+   */
+  caps?: [number, number] | undefined;
+}
+
+/** How a warm child is prepared before it waits for its command. */
+export interface WarmOptions {
+  /** cgroup.procs files it enters. */
+  procsFiles: string[];
+  /** Files opened read-only (as root) that become the command's fds 3, 4, … */
+  fdFiles: string[];
+  /** Drop root to these ids the way `setpriv` does (no groups, no capabilities, no_new_privs). */
+  drop: { uid: number; gid: number } | null;
+}
+
+const SIGNAL_NAMES = new Map<number, NodeJS.Signals>(Object.entries(constants.signals).map(([name, n]) => [n, name as NodeJS.Signals]));
+/** Don't restart a spawner that died more often than this. */
+const RESTART_INTERVAL_MS = 5000;
+
+interface Event {
+  ev: 'pid' | 'out' | 'err' | 'exit';
+  id: string;
+  pid?: number;
+  d?: string;
+  code?: number | null;
+  sig?: number | null;
+  error?: string;
+}
+
+/** A pre-forked child of the spawner. */
+export class SpawnedProc implements RunProc {
+  pid: number | null = null;
+  readonly closed: Promise<ExitInfo>;
+  private resolveClosed!: (v: ExitInfo) => void;
+  private out: ((b: Buffer) => void) | Buffer[] = [];
+  private err: ((b: Buffer) => void) | Buffer[] = [];
+  private done = false;
+
+  constructor(
+    readonly id: string,
+    private readonly owner: Spawner,
+    private readonly gen: number,
+  ) {
+    this.closed = new Promise((r) => (this.resolveClosed = r));
+  }
+
+  /** Makes the child exec `cmd`. */
+  launch(cmd: SpawnCommand): void {
+    this.owner.send(this.gen, { op: 'launch', id: this.id, file: cmd.file, args: cmd.args, env: cmd.env, cwd: cmd.cwd ?? null, caps: cmd.caps ?? null });
+  }
+
+  kill(): void {
+    if (!this.done) this.owner.send(this.gen, { op: 'kill', id: this.id });
+  }
+
+  onStdout(cb: (chunk: Buffer) => void): void {
+    const pending = this.out;
+    this.out = cb;
+    if (Array.isArray(pending)) for (const b of pending) cb(b);
+  }
+
+  onStderr(cb: (chunk: Buffer) => void): void {
+    const pending = this.err;
+    this.err = cb;
+    if (Array.isArray(pending)) for (const b of pending) cb(b);
+  }
+
+  /** @internal */
+  deliver(which: 'out' | 'err', b: Buffer): void {
+    const sink = which === 'out' ? this.out : this.err;
+    if (Array.isArray(sink)) sink.push(b);
+    else sink(b);
+  }
+
+  /** @internal */
+  finish(v: ExitInfo): void {
+    if (this.done) return;
+    this.done = true;
+    this.resolveClosed(v);
+  }
+}
+
+/** The spawner process; started on first use, restarted (rate-limited) when it dies. */
+export class Spawner {
+  private proc: ChildProcess | null = null;
+  private gen = 0;
+  private seq = 0;
+  private lastStart = 0;
+  private stopped = false;
+  private readonly live = new Map<string, SpawnedProc>();
+  private exited: Promise<void> = Promise.resolve();
+
+  constructor(
+    private readonly python: string,
+    private readonly onProblem: (msg: string) => void,
+  ) {}
+
+  /** A new warm child; null when the spawner cannot run right now. */
+  warm(o: WarmOptions): SpawnedProc | null {
+    if (!this.ensure()) return null;
+    const p = new SpawnedProc(String(++this.seq), this, this.gen);
+    this.live.set(p.id, p);
+    this.send(this.gen, { op: 'warm', id: p.id, procs: o.procsFiles, fds: o.fdFiles, drop: o.drop });
+    return p;
+  }
+
+  /** @internal Writes a command to the spawner of generation `gen` (dropped when that one is gone). */
+  send(gen: number, msg: object): void {
+    if (!this.proc || gen !== this.gen) return;
+    this.proc.stdin!.write(`${JSON.stringify(msg)}\n`);
+  }
+
+  /**
+   * Stops the spawner once nothing it started is alive any more (running sandboxes are not killed
+   * here; their owner cancels them). Resolves when it exited, or at once when there is nothing left.
+   */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.endIfIdle();
+    if (this.live.size === 0) await this.exited;
+  }
+
+  private endIfIdle(): void {
+    if (this.stopped && this.live.size === 0 && this.proc) this.proc.stdin!.end();
+  }
+
+  private ensure(): boolean {
+    if (this.proc) return true;
+    if (this.stopped) return false;
+    const now = Date.now();
+    if (this.lastStart && now - this.lastStart < RESTART_INTERVAL_MS) return false;
+    this.lastStart = now;
+    const gen = ++this.gen;
+    let child: ChildProcess;
+    try {
+      child = spawn(this.python, ['-I', '-S', SPAWNER_SOURCE], { stdio: ['pipe', 'pipe', 'pipe'], env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' } });
+    } catch (err) {
+      this.onProblem(`cannot start the sandbox spawner: ${(err as Error).message}`);
+      return false;
+    }
+    this.proc = child;
+    child.stdin!.on('error', () => {});
+    let buf = '';
+    child.stdout!.setEncoding('utf8');
+    child.stdout!.on('data', (s: string) => {
+      buf += s;
+      let nl: number;
+      while ((nl = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, nl);
+        buf = buf.slice(nl + 1);
+        if (line) this.onEvent(JSON.parse(line) as Event);
+      }
+    });
+    let stderr = '';
+    child.stderr!.on('data', (b: Buffer) => (stderr = (stderr + b.toString('utf8')).slice(-4000)));
+    let spawnError: string | null = null;
+    child.on('error', (err) => (spawnError = err.message));
+    this.exited = new Promise((resolve) => {
+      child.on('close', (code, sig) => {
+        if (this.gen === gen) this.proc = null;
+        const orphans = [...this.live.values()];
+        this.live.clear();
+        for (const p of orphans) p.finish([null, null, `the sandbox spawner exited (${spawnError ?? code ?? sig})`]);
+        if (!this.stopped || orphans.length > 0 || code !== 0) {
+          this.onProblem(`sandbox spawner exited (${spawnError ?? code ?? sig}): ${stderr.trim().slice(-2000)}`);
+        }
+        resolve();
+      });
+    });
+    return true;
+  }
+
+  private onEvent(ev: Event): void {
+    const p = this.live.get(ev.id);
+    if (!p) return;
+    if (ev.ev === 'pid') {
+      p.pid = ev.pid ?? null;
+    } else if (ev.ev === 'out' || ev.ev === 'err') {
+      p.deliver(ev.ev, Buffer.from(ev.d ?? '', 'latin1'));
+    } else if (ev.ev === 'exit') {
+      this.live.delete(ev.id);
+      p.finish([ev.code ?? null, ev.sig ? (SIGNAL_NAMES.get(ev.sig) ?? null) : null, ev.error ?? null]);
+      this.endIfIdle();
+    }
+  }
+}

@@ -1,0 +1,180 @@
+/**
+ * The contract between the service and every runtime (local engines, Kubernetes).
+ *
+ * A runtime receives a {@link RunSpec}, runs `src/sandbox/runner.py` inside a sandbox with the file
+ * layout of SPEC §1.5, and reports a {@link RawRun}: what it observed itself (trusted) next to what the
+ * runner reported (untrusted — user code runs with the runner's uid and can forge it). It never decides
+ * the record's status: `executions/classify.ts` does that, the same way for every runtime.
+ */
+import type { JobType } from '../jobtypes/job-type.ts';
+
+/** Everything a runtime needs to start one run. */
+export interface RunSpec {
+  executionId: string;
+  code: string;
+  /** `input_data` already serialized; written to `/input/data.json`. */
+  inputJson: string;
+  jobType: JobType;
+  /** Execution time limit, seconds (excludes startup). */
+  timeoutSec: number;
+  /** Startup time limit (sandbox creation + dependency install), seconds. */
+  startupTimeoutSec: number;
+  /** Requirements to install at run time: the job type's plus the request's, deduplicated. */
+  requirements: string[];
+  maxStdoutBytes: number;
+  maxArtifactBytes: number;
+}
+
+/** The runner's report (`/output/.svc_report.json`). Untrusted: the user's code could have written it. */
+export interface RunnerReport {
+  phase?: string;
+  exit_code?: number | null;
+  signal?: number | null;
+  /** Class name of the uncaught exception, e.g. `ModuleNotFoundError`. */
+  exception?: string | null;
+  /** Class names of the exception's MRO (most derived first), so subclasses classify like their base. */
+  exception_mro?: string[] | null;
+  /** For import errors: the module that was missing. */
+  missing_module?: string | null;
+  exception_message?: string | null;
+  execution_ms?: number;
+  max_rss_kb?: number;
+  cpu_time_ms?: number;
+  stdout_truncated?: boolean;
+  stderr_truncated?: boolean;
+  timed_out?: boolean;
+}
+
+/** What the runtime itself saw. Trusted. */
+export interface RunObservation {
+  /** Exit status of the sandbox's main process (the runner), null when it did not exit on its own. */
+  exitCode: number | null;
+  /** Set when the runtime's own deadline fired, with the phase it fired in. */
+  timedOut: 'startup' | 'execution' | null;
+  /** The kernel/cluster reported an OOM kill (cgroup `oom_kill` counter, `OOMKilled`). */
+  oomKilled: boolean;
+  /**
+   * True when the runtime can tell OOM kills from other SIGKILLs (cgroups, Kubernetes). When false,
+   * exit 137 is taken as `oom` (SPEC §7.2's table); when true, 137 without `oomKilled` is `killed`.
+   */
+  oomDetectable?: boolean;
+  /** The run was stopped because it was cancelled. */
+  cancelled: boolean;
+  /** Dependency installation failed; message is pip's own output (tail). */
+  dependencyError: string | null;
+  /**
+   * The machinery failed (engine missing, image not found, sandbox could not be created).
+   * `type` is a SPEC §7.2 type such as `docker_error` or `internal_error`.
+   */
+  infraError: { type: string; message: string } | null;
+  /** Phase reached, as far as the runtime knows (`startup` until the runner began user code). */
+  phase: 'startup' | 'execution' | 'completed' | 'failed';
+  startedAt: Date;
+  endedAt: Date;
+  /** Milliseconds of the startup phase (sandbox creation + dependency install). */
+  startupMs: number;
+  /** Milliseconds of dependency installation (part of startup); 0 when none or cached. */
+  depInstallMs: number;
+  /** Milliseconds of the execution phase as measured by the runtime. */
+  executionMs: number;
+  /** Total milliseconds of the run. */
+  totalMs: number;
+  /** Trusted resource usage when the runtime can measure it (cgroups); otherwise the report's. */
+  maxRssMb?: number;
+  cpuTimeMs?: number;
+}
+
+/** A file collected from `/output`. */
+export interface CollectedFile {
+  name: string;
+  size: number;
+  sha256: string;
+  contentType: string;
+  /** Bytes, absent when the file was over `maxArtifactBytes` (then `skipped` says why). */
+  data?: Buffer;
+  skipped?: 'too_large' | 'reserved_name' | 'not_regular';
+}
+
+/** Everything a run produced. */
+export interface RawRun {
+  observation: RunObservation;
+  report: RunnerReport | null;
+  stdout: string;
+  stderr: string;
+  stdoutTruncated: boolean;
+  stderrTruncated: boolean;
+  /** Contents of `/output/result.json` when present (text, not parsed; parsing is classify's job). */
+  resultJson: string | null;
+  /** True when result.json existed but was too large to keep. */
+  resultJsonTooLarge?: boolean;
+  artifacts: CollectedFile[];
+}
+
+/** Health facts a runtime reports for `/health`. */
+export interface RuntimeHealth {
+  /** The engine can run sandboxes right now (SPEC's `docker_available`). */
+  available: boolean;
+  /** gVisor is installed/usable (SPEC's `gvisor_available`). */
+  gvisorAvailable: boolean;
+  /** Engine in use, e.g. `gvisor`, `bubblewrap`, `process`, `kubernetes`. */
+  engine: string;
+  /** False for the `process` engine: no isolation at all. */
+  isolated: boolean;
+  /** How limits are enforced: `cgroups`, `rlimits`, `kubernetes`. */
+  limits: string;
+  detail?: Record<string, unknown>;
+}
+
+/** Options for one run. */
+export interface RunOptions {
+  /** Aborted on cancel or shutdown; the runtime stops the sandbox promptly and reports `cancelled`. */
+  signal?: AbortSignal;
+  /** Called when the run moves from startup to execution (for the record's phase and crash safety). */
+  onPhase?: (phase: 'startup' | 'execution') => void;
+  /**
+   * Re-attach to a run started by an earlier process (after a restart) instead of starting one.
+   * Runtimes that cannot re-attach (local) reject with {@link RunGoneError}; so does a runtime whose
+   * run left no trace (never created, or already garbage-collected).
+   */
+  adopt?: boolean;
+}
+
+/** Thrown by `run(..., { adopt: true })` when there is nothing to re-attach to. */
+export class RunGoneError extends Error {
+  override readonly name = 'RunGoneError';
+}
+
+/**
+ * Wraps every call a runtime makes to its engine (a Kubernetes API call, a spawn) in the service's
+ * circuit breaker and retry policy. `op` names the call for logs and metrics.
+ */
+export type Guard = <T>(op: string, fn: () => Promise<T>) => Promise<T>;
+
+/** A guard that does nothing: for tests and tools. */
+export const NO_GUARD: Guard = (_op, fn) => fn();
+
+/** What a runtime may ask of the service without knowing the store. */
+export interface RuntimeHooks {
+  /** Of the given execution ids, those whose record exists and is not terminal. */
+  liveExecutionIds(ids: string[]): Promise<Set<string>>;
+}
+
+/** A runtime: runs sandboxes and says how healthy it is. */
+export interface Runtime {
+  readonly name: string;
+  /** Prepares the runtime (checks engines, removes orphans of earlier runs). */
+  start(): Promise<void>;
+  /** Stops background work; running sandboxes are left to the caller's cancellation. */
+  stop(): Promise<void>;
+  health(): Promise<RuntimeHealth>;
+  /**
+   * Runs one sandbox to completion. Resolves with what happened — including user failures, timeouts
+   * and OOM. Rejects only when the machinery failed in a way worth retrying (engine unreachable).
+   */
+  run(spec: RunSpec, options?: RunOptions): Promise<RawRun>;
+}
+
+/** Control files the runner writes to `/output`; never kept as artifacts. */
+export const CONTROL_FILES = ['.svc_phase', '.svc_report.json', '.svc_stdout', '.svc_stderr'] as const;
+/** Names reserved for input artifacts (SPEC §2.3 `input_artifacts`). */
+export const RESERVED_ARTIFACT_NAMES = ['_code.py', '_input.json'] as const;
