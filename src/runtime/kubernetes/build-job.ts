@@ -1,0 +1,283 @@
+/**
+ * The pure builder of a run's Kubernetes objects: a Secret with the code, the input and the runner,
+ * and a batch/v1 Job whose pod runs `deps` (init, optional), `main` (the runner) and `collector`.
+ * Only fields that exist in Kubernetes 1.20 are used (no `suspend`, `podFailurePolicy`, ...).
+ */
+import type { V1Job, V1Secret, V1Container, V1Volume, V1SecurityContext, V1PodSecurityContext } from '@kubernetes/client-node';
+import { parseMemory, type Config } from '../../config.ts';
+import { jobRef, type JobType } from '../../jobtypes/job-type.ts';
+import type { RunSpec } from '../runtime.ts';
+import { ANNOTATIONS, CONTAINERS, LABELS, MANAGED_BY, RELEASE_FILE, executionLabel, jobNameFor } from './names.ts';
+
+/** The two objects of one run. The Secret gets its owner reference once the Job's uid is known. */
+export interface RunObjects {
+  secret: V1Secret;
+  job: V1Job;
+}
+
+/** Inputs of {@link buildJob} that are not part of the run or the config. */
+export interface BuildJobOptions {
+  /** RuntimeClass to run under, or null for the cluster default (only allowed in `permissive`). */
+  runtimeClassName: string | null;
+  /** Text of `src/sandbox/runner.py`: shipped in the Secret so every image runs the service's own runner. */
+  runnerSource: string;
+}
+
+/** The slice of the configuration the builder reads. */
+export type BuildJobConfig = Pick<Config, 'kubernetes' | 'enable_seccomp' | 'docker_image' | 'pip'>;
+
+/** Secret keys and where they are mounted. */
+export const SECRET_KEYS = { code: 'main.py', input: 'data.json', runner: 'runner.py' } as const;
+
+const UID = 1000;
+const SAFE_PATH = '/usr/local/bin:/usr/bin:/bin';
+/** The collector only runs `sh`, `sleep` and `tar`. */
+const COLLECTOR_RESOURCES = { cpu: '100m', memory: '64Mi', 'ephemeral-storage': '16Mi' };
+/** Room for installed packages (the `deps` emptyDir counts against the pod's ephemeral storage). */
+const DEPS_EPHEMERAL_STORAGE = 1024 ** 3;
+const MIN_MAIN_EPHEMERAL_STORAGE = 256 * 1024 ** 2;
+const ENV_NAME_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/** A service-style size (`512m` = 512 MiB) as a Kubernetes quantity (`512Mi`). */
+export function toQuantity(size: string | number): string {
+  const bytes = typeof size === 'number' ? size : parseMemory(size);
+  const mi = 1024 ** 2;
+  if (bytes % (1024 * mi) === 0 && bytes > 0) return `${bytes / (1024 * mi)}Gi`;
+  if (bytes % mi === 0 && bytes > 0) return `${bytes / mi}Mi`;
+  if (bytes % 1024 === 0 && bytes > 0) return `${bytes / 1024}Ki`;
+  return String(bytes);
+}
+
+/** CPUs as millicores (`0.5` → `500m`), never below 1m. */
+export function toCpuQuantity(cpus: number): string {
+  return `${Math.max(1, Math.round(cpus * 1000))}m`;
+}
+
+/** The executor image: `kubernetes.executor_image`, else `docker_image`. */
+export function executorImage(config: BuildJobConfig): string {
+  return config.kubernetes.executor_image ?? config.docker_image;
+}
+
+/** `activeDeadlineSeconds` of a run's Job: startup + execution timeout + grace, whole seconds. */
+export function jobDeadlineSeconds(spec: Pick<RunSpec, 'startupTimeoutSec' | 'timeoutSec'>, graceSec: number): number {
+  return Math.max(1, Math.ceil(spec.startupTimeoutSec + spec.timeoutSec + graceSec));
+}
+
+/**
+ * Builds the Secret and the Job of one run. Pure: same inputs, same objects (snapshot-tested and
+ * validated against the Kubernetes OpenAPI schemas in `test/unit/runtime/kubernetes`).
+ */
+export function buildJob(spec: RunSpec, jobType: JobType, config: BuildJobConfig, opts: BuildJobOptions): RunObjects {
+  const k = config.kubernetes;
+  const name = jobNameFor(spec.executionId);
+  const network = jobType.network.mode;
+  const labels: Record<string, string> = {
+    [LABELS.managedBy]: MANAGED_BY,
+    [LABELS.executionId]: executionLabel(spec.executionId),
+    [LABELS.jobType]: jobType.name,
+    [LABELS.instance]: k.instance,
+    [LABELS.network]: network,
+  };
+  const annotations: Record<string, string> = {
+    [ANNOTATIONS.executionId]: spec.executionId,
+    [ANNOTATIONS.jobRef]: jobRef(jobType),
+    [ANNOTATIONS.timeout]: String(spec.timeoutSec),
+    [ANNOTATIONS.startupTimeout]: String(spec.startupTimeoutSec),
+  };
+  const image = jobType.image ?? executorImage(config);
+  const hasDeps = spec.requirements.length > 0;
+  const memory = toQuantity(jobType.memoryLimit);
+  const cpu = toCpuQuantity(jobType.cpuLimit);
+  const fileSize = parseMemory(jobType.maxFileSize);
+  const mainStorage = toQuantity(Math.max(MIN_MAIN_EPHEMERAL_STORAGE, 2 * fileSize));
+
+  const containerSecurity: V1SecurityContext = {
+    runAsNonRoot: true,
+    runAsUser: UID,
+    runAsGroup: UID,
+    allowPrivilegeEscalation: false,
+    readOnlyRootFilesystem: true,
+    privileged: false,
+    capabilities: { drop: ['ALL'] },
+  };
+  const podSecurity: V1PodSecurityContext = {
+    runAsNonRoot: true,
+    runAsUser: UID,
+    runAsGroup: UID,
+    fsGroup: UID,
+    ...(config.enable_seccomp ? { seccompProfile: { type: 'RuntimeDefault' } } : {}),
+  };
+  // Every process starts from `env -i`: the kubelet injects KUBERNETES_* into each container, and
+  // with a clean exec even PID 1's /proc/1/environ shows only what we chose.
+  const cleanEnv = ['/usr/bin/env', '-i', `PATH=${SAFE_PATH}`, 'HOME=/tmp', 'TMPDIR=/tmp', 'LANG=C.UTF-8'];
+
+  const runnerArgs = [
+    'python3',
+    '/sandpod/runner.py',
+    '--code',
+    `/code/${SECRET_KEYS.code}`,
+    '--input',
+    `/input/${SECRET_KEYS.input}`,
+    '--output',
+    '/output',
+    '--timeout',
+    String(spec.timeoutSec),
+    '--max-stream-bytes',
+    String(spec.maxStdoutBytes),
+    '--tee',
+    '--cwd',
+    '/tmp',
+    '--rlimit',
+    `fsize=${fileSize}`,
+    '--rlimit',
+    'core=0',
+  ];
+  // RLIMIT_NPROC counts every process of uid 1000 in the kernel: per pod under gVisor (one kernel per
+  // sandbox), but node-wide on a shared kernel, where it would fail forks because of other runs.
+  if (opts.runtimeClassName) runnerArgs.push('--rlimit', `nproc=${jobType.maxProcesses}`);
+  if (hasDeps) runnerArgs.push('--python-path', '/deps');
+  for (const [key, value] of Object.entries(jobType.env).sort(([a], [b]) => a.localeCompare(b))) {
+    if (ENV_NAME_RE.test(key)) runnerArgs.push('--env', `${key}=${value}`);
+  }
+
+  const resources = (storage: string, c = cpu, m = memory) => {
+    const r = { cpu: c, memory: m, 'ephemeral-storage': storage };
+    return { requests: { ...r }, limits: { ...r } };
+  };
+  const mount = (n: string, mountPath: string, readOnly = false) => ({ name: n, mountPath, ...(readOnly ? { readOnly } : {}) });
+
+  const main: V1Container = {
+    name: CONTAINERS.main,
+    image,
+    imagePullPolicy: k.image_pull_policy,
+    command: [...cleanEnv, ...runnerArgs],
+    workingDir: '/tmp',
+    resources: resources(mainStorage),
+    securityContext: containerSecurity,
+    volumeMounts: [
+      mount('code', '/code', true),
+      mount('input', '/input', true),
+      mount('runner', '/sandpod', true),
+      mount('output', '/output'),
+      mount('tmp', '/tmp'),
+      ...(hasDeps ? [mount('deps', '/deps', true)] : []),
+    ],
+    terminationMessagePolicy: 'File',
+  };
+  const collector: V1Container = {
+    name: CONTAINERS.collector,
+    image: executorImage(config),
+    imagePullPolicy: k.image_pull_policy,
+    // Holds /output until the controller has pulled it, then exits 0 so the pod (and Job) complete.
+    command: [
+      '/bin/sh',
+      '-c',
+      `trap 'exit 0' TERM INT; while [ ! -e ${RELEASE_FILE} ]; do sleep 0.2; done`,
+    ],
+    resources: { requests: { ...COLLECTOR_RESOURCES }, limits: { ...COLLECTOR_RESOURCES } },
+    securityContext: containerSecurity,
+    volumeMounts: [mount('output', '/output', true), mount('control', '/control')],
+  };
+  const initContainers: V1Container[] = [];
+  if (hasDeps) {
+    const pipArgs = ['--no-cache-dir', '--disable-pip-version-check', '--no-input', '--no-warn-script-location'];
+    if (config.pip.index_url) pipArgs.push('--index-url', config.pip.index_url);
+    for (const link of config.pip.find_links) pipArgs.push('--find-links', link);
+    if (config.pip.no_index) pipArgs.push('--no-index');
+    pipArgs.push(...config.pip.extra_args);
+    initContainers.push({
+      name: CONTAINERS.deps,
+      image,
+      imagePullPolicy: k.image_pull_policy,
+      // Requirements are positional arguments after `--`: never parsed by the shell, never taken as
+      // pip options.
+      command: [
+        ...cleanEnv,
+        '/bin/sh',
+        '-c',
+        `printf 'startup\\n' > /output/.svc_phase && exec python3 -m pip install ${pipArgs.map(shQuote).join(' ')} --target /deps -- "$@"`,
+        'deps',
+        ...spec.requirements,
+      ],
+      resources: resources(toQuantity(DEPS_EPHEMERAL_STORAGE)),
+      securityContext: containerSecurity,
+      volumeMounts: [mount('deps', '/deps'), mount('output', '/output'), mount('tmp', '/tmp')],
+      terminationMessagePolicy: 'FallbackToLogsOnError',
+    });
+  }
+
+  const secretVolume = (volName: string, key: string): V1Volume => ({
+    name: volName,
+    secret: { secretName: name, defaultMode: 0o444, items: [{ key, path: key }] },
+  });
+  const volumes: V1Volume[] = [
+    secretVolume('code', SECRET_KEYS.code),
+    secretVolume('input', SECRET_KEYS.input),
+    secretVolume('runner', SECRET_KEYS.runner),
+    { name: 'output', emptyDir: {} },
+    { name: 'tmp', emptyDir: {} },
+    { name: 'control', emptyDir: { sizeLimit: '1Mi' } },
+    ...(hasDeps ? [{ name: 'deps', emptyDir: {} }] : []),
+  ];
+
+  const job: V1Job = {
+    apiVersion: 'batch/v1',
+    kind: 'Job',
+    metadata: { name, namespace: k.runs_namespace, labels: { ...labels }, annotations: { ...annotations } },
+    spec: {
+      backoffLimit: 0,
+      activeDeadlineSeconds: jobDeadlineSeconds(spec, k.deadline_grace_seconds),
+      ttlSecondsAfterFinished: k.ttl_seconds_after_finished,
+      template: {
+        metadata: { labels: { ...labels }, annotations: { ...annotations } },
+        spec: {
+          restartPolicy: 'Never',
+          ...(opts.runtimeClassName ? { runtimeClassName: opts.runtimeClassName } : {}),
+          automountServiceAccountToken: false,
+          enableServiceLinks: false,
+          terminationGracePeriodSeconds: 5,
+          securityContext: podSecurity,
+          ...(network === 'none'
+            ? // No resolver at all: 127.0.0.1 has nothing listening, so every lookup fails at once.
+              { dnsPolicy: 'None', dnsConfig: { nameservers: ['127.0.0.1'], searches: [], options: [{ name: 'ndots', value: '1' }] } }
+            : { dnsPolicy: 'ClusterFirst' }),
+          ...(initContainers.length > 0 ? { initContainers } : {}),
+          containers: [main, collector],
+          volumes,
+        },
+      },
+    },
+  };
+
+  const secret: V1Secret = {
+    apiVersion: 'v1',
+    kind: 'Secret',
+    metadata: { name, namespace: k.runs_namespace, labels: { ...labels }, annotations: { [ANNOTATIONS.executionId]: spec.executionId } },
+    type: 'Opaque',
+    immutable: true,
+    data: {
+      [SECRET_KEYS.code]: Buffer.from(spec.code, 'utf8').toString('base64'),
+      [SECRET_KEYS.input]: Buffer.from(spec.inputJson, 'utf8').toString('base64'),
+      [SECRET_KEYS.runner]: Buffer.from(opts.runnerSource, 'utf8').toString('base64'),
+    },
+  };
+  return { secret, job };
+}
+
+/** The Secret with an owner reference to its Job, so deleting the Job (or its TTL) removes it. */
+export function ownSecret(secret: V1Secret, job: { metadata?: { name?: string; uid?: string } }): V1Secret {
+  const uid = job.metadata?.uid;
+  const jobName = job.metadata?.name;
+  if (!uid || !jobName) throw new Error('ownSecret: the Job has no uid yet');
+  return {
+    ...secret,
+    metadata: {
+      ...secret.metadata,
+      ownerReferences: [{ apiVersion: 'batch/v1', kind: 'Job', name: jobName, uid, blockOwnerDeletion: false }],
+    },
+  };
+}
+
+function shQuote(s: string): string {
+  return /^[A-Za-z0-9_./:=@%+-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`;
+}

@@ -1,0 +1,292 @@
+/**
+ * The run controller: informers on this instance's run Jobs and Pods, a keyed work queue (one
+ * reconcile per execution at a time), and a reconcile pass that reads state, asks {@link decide}
+ * what to do and applies it. Informer handlers only enqueue the execution id from a label.
+ */
+import { PassThrough } from 'node:stream';
+import type { KubeConfig, V1Job, V1Pod } from '@kubernetes/client-node';
+import { NO_GUARD, type Guard, type RawRun, type RunObservation } from '../runtime.ts';
+import { decide, type Action, type RunState } from './decide.ts';
+import { ReconnectingInformer, type InformerLogger } from './informer.ts';
+import type { KubeApi } from './kube-api.ts';
+import { COLLECT_COMMAND, CONTAINERS, LABELS, RELEASE_COMMAND, instanceSelector } from './names.ts';
+import { parseOutputTar, type OutputLimits } from './output-tar.ts';
+import { KeyedWorkQueue } from './work-queue.ts';
+
+/** Logger used by the controller (pino-compatible subset). */
+export interface ControllerLogger extends InformerLogger {
+  info(obj: object, msg?: string): void;
+  error(obj: object, msg?: string): void;
+}
+
+/** A clock; inject one in tests. */
+export interface Clock {
+  now(): number;
+}
+
+/** Options of {@link RunController}. */
+export interface RunControllerOptions {
+  kubeConfig: KubeConfig;
+  api: KubeApi;
+  namespace: string;
+  instance: string;
+  guard?: Guard;
+  clock?: Clock;
+  logger?: ControllerLogger;
+  /** Collection attempts before the outputs are given up as lost. */
+  collectAttempts?: number;
+  /** Time limit of one exec, ms. */
+  execTimeoutMs?: number;
+  informerBackoffInitialMs?: number;
+  informerBackoffMaxMs?: number;
+  watchTimeoutSeconds?: number;
+}
+
+/** One run the controller drives until it resolves. */
+export interface TrackedRun {
+  state: RunState;
+  limits: OutputLimits;
+  onPhase?: (phase: 'startup' | 'execution') => void;
+  resolve: (raw: RawRun) => void;
+  reject: (err: unknown) => void;
+  collectFailures: number;
+  podUid?: string;
+}
+
+const silent: ControllerLogger = { debug: () => undefined, info: () => undefined, warn: () => undefined, error: () => undefined };
+
+/** See the module comment. */
+export class RunController {
+  readonly pods: ReconnectingInformer<V1Pod>;
+  readonly jobs: ReconnectingInformer<V1Job>;
+  private readonly queue: KeyedWorkQueue;
+  private readonly runs = new Map<string, TrackedRun>();
+  private readonly guard: Guard;
+  private readonly clock: Clock;
+  private readonly log: ControllerLogger;
+  private stopped = false;
+
+  constructor(private readonly opts: RunControllerOptions) {
+    this.guard = opts.guard ?? NO_GUARD;
+    this.clock = opts.clock ?? { now: () => Date.now() };
+    this.log = opts.logger ?? silent;
+    const selector = instanceSelector(opts.instance);
+    const common = {
+      kubeConfig: opts.kubeConfig,
+      labelSelector: selector,
+      guard: this.guard,
+      logger: this.log,
+      ...(opts.informerBackoffInitialMs !== undefined ? { backoffInitialMs: opts.informerBackoffInitialMs } : {}),
+      ...(opts.informerBackoffMaxMs !== undefined ? { backoffMaxMs: opts.informerBackoffMaxMs } : {}),
+      ...(opts.watchTimeoutSeconds !== undefined ? { watchTimeoutSeconds: opts.watchTimeoutSeconds } : {}),
+    };
+    this.pods = new ReconnectingInformer<V1Pod>({
+      ...common,
+      name: 'pods',
+      path: `/api/v1/namespaces/${opts.namespace}/pods`,
+      list: () => opts.api.listPods(opts.namespace, selector),
+    });
+    this.jobs = new ReconnectingInformer<V1Job>({
+      ...common,
+      name: 'jobs',
+      path: `/apis/batch/v1/namespaces/${opts.namespace}/jobs`,
+      list: () => opts.api.listJobs(opts.namespace, selector),
+    });
+    const enqueue = (o: V1Pod | V1Job) => {
+      const key = o.metadata?.labels?.[LABELS.executionId];
+      if (key && this.runs.has(key)) this.queue.add(key);
+    };
+    this.pods.on((_e, o) => enqueue(o));
+    this.jobs.on((_e, o) => enqueue(o));
+    this.queue = new KeyedWorkQueue((key) => this.reconcile(key), {
+      onError: (key, err, retryInMs) => this.log.warn({ executionKey: key, err: String(err), retryInMs }, 'reconcile failed; will retry'),
+    });
+  }
+
+  /** Starts both informers; resolves once their caches are synced. */
+  async start(): Promise<void> {
+    this.stopped = false;
+    await Promise.all([this.pods.start(), this.jobs.start()]);
+  }
+
+  /** Stops watching; runs still tracked reject (the caller adopts them after a restart). */
+  stop(): void {
+    this.stopped = true;
+    this.pods.stop();
+    this.jobs.stop();
+    this.queue.stop();
+    for (const [key, run] of this.runs) {
+      this.runs.delete(key);
+      run.reject(new Error('kubernetes runtime stopped while the run was in progress'));
+    }
+  }
+
+  /** Whether a run is being driven under this key. */
+  has(key: string): boolean {
+    return this.runs.has(key);
+  }
+
+  /** Number of runs in flight. */
+  get inFlight(): number {
+    return this.runs.size;
+  }
+
+  /** Drives a run until it resolves; `key` is the execution-id label value. */
+  track(key: string, run: Omit<TrackedRun, 'resolve' | 'reject' | 'collectFailures'>): Promise<RawRun> {
+    return new Promise<RawRun>((resolve, reject) => {
+      if (this.stopped) {
+        reject(new Error('kubernetes runtime stopped before the run could be tracked'));
+        return;
+      }
+      this.runs.set(key, { ...run, resolve, reject, collectFailures: 0 });
+      this.queue.add(key);
+    });
+  }
+
+  /** Marks a run cancelled and reconciles it. */
+  cancel(key: string): void {
+    const run = this.runs.get(key);
+    if (!run) return;
+    run.state.cancelRequested = true;
+    this.queue.add(key);
+  }
+
+  /** The run's pod: the first one seen for it (a replacement pod is not the run's). */
+  private podFor(key: string, run: TrackedRun): V1Pod | undefined {
+    const pods = this.pods.list().filter((p) => p.metadata?.labels?.[LABELS.executionId] === key);
+    if (run.podUid) return pods.find((p) => p.metadata?.uid === run.podUid);
+    const jobName = run.state.jobName;
+    const mine = pods.filter((p) => p.metadata?.labels?.['job-name'] === jobName || p.metadata?.ownerReferences?.some((o) => o.name === jobName));
+    mine.sort((a, b) => String(a.metadata?.creationTimestamp ?? '').localeCompare(String(b.metadata?.creationTimestamp ?? '')));
+    const pod = mine[0];
+    if (pod?.metadata?.uid) {
+      run.podUid = pod.metadata.uid;
+      run.state.podSeen = true;
+    }
+    return pod;
+  }
+
+  private async reconcile(key: string): Promise<void> {
+    // Applying an action can change the run's state (outputs pulled, collector released); decide
+    // again at once rather than waiting for the next event.
+    for (let pass = 0; pass < 8; pass++) {
+      const run = this.runs.get(key);
+      if (!run || run.state.finished) return;
+      const job = this.jobs.get(run.state.jobName);
+      if (job) run.state.jobSeen = true;
+      const pod = this.podFor(key, run);
+      const actions = decide(run.state, job, pod, this.clock.now());
+      let again = false;
+      for (const action of actions) {
+        if (await this.apply(key, run, action)) again = true;
+      }
+      if (!again) return;
+    }
+  }
+
+  /** Applies one action; true when the run's state changed so that deciding again may differ. */
+  private async apply(key: string, run: TrackedRun, action: Action): Promise<boolean> {
+    const ns = this.opts.namespace;
+    switch (action.type) {
+      case 'enterExecution':
+        run.state.phaseReported = 'execution';
+        run.state.mainStartedAt = action.mainStartedAt;
+        try {
+          run.onPhase?.('execution');
+        } catch (err) {
+          this.log.warn({ executionKey: key, err: String(err) }, 'onPhase threw');
+        }
+        return false;
+      case 'wakeAt':
+        this.queue.addAfter(key, Math.max(1, action.at - this.clock.now()));
+        return false;
+      case 'notePodGone':
+        run.state.podGoneAt = action.at;
+        return false;
+      case 'deleteJob':
+        await this.opts.api.deleteJob(ns, run.state.jobName);
+        run.state.jobDeleted = true;
+        return false;
+      case 'fetchDepsLog':
+        run.state.depsLog = await this.opts.api.podLogTail(ns, action.pod, CONTAINERS.deps);
+        return true;
+      case 'collect':
+        await this.collect(key, run, action.pod);
+        return true;
+      case 'release':
+        try {
+          await this.guard('exec release', () =>
+            this.opts.api.exec(ns, action.pod, CONTAINERS.collector, RELEASE_COMMAND, { timeoutMs: this.opts.execTimeoutMs ?? 30_000 }),
+          );
+        } catch (err) {
+          // The outputs are safe; a collector we cannot reach ends with the Job's deadline anyway.
+          this.log.warn({ executionKey: key, err: String(err) }, 'could not release the collector');
+        }
+        run.state.released = true;
+        return true;
+      case 'finish':
+        this.finish(key, run, action.observation);
+        return false;
+    }
+  }
+
+  private async collect(key: string, run: TrackedRun, pod: string): Promise<void> {
+    const ns = this.opts.namespace;
+    try {
+      const output = await this.guard('exec collect', async () => {
+        const pipe = new PassThrough();
+        const abort = new AbortController();
+        const parsing = parseOutputTar(pipe, run.limits).finally(() => {
+          pipe.resume();
+        });
+        const exec = this.opts.api.exec(ns, pod, CONTAINERS.collector, COLLECT_COMMAND, {
+          stdout: pipe,
+          signal: abort.signal,
+          timeoutMs: this.opts.execTimeoutMs ?? 60_000,
+        });
+        const [parsed, execRes] = await Promise.allSettled([
+          parsing.then((o) => {
+            // A cap was hit: stop the producer; what was read is kept.
+            if (o.truncated) abort.abort();
+            return o;
+          }),
+          exec,
+        ]);
+        if (parsed.status === 'rejected') throw execRes.status === 'rejected' ? execRes.reason : parsed.reason;
+        if (execRes.status === 'rejected' && !parsed.value.truncated) throw execRes.reason;
+        if (execRes.status === 'fulfilled' && parsed.value.entries === 0 && execRes.value.exitCode !== 0) {
+          throw new Error(`tar in the collector failed (exit ${execRes.value.exitCode ?? '?'}): ${execRes.value.stderr.slice(0, 500)}`);
+        }
+        return parsed.value;
+      });
+      run.state.collection = { ok: true, output };
+    } catch (err) {
+      run.collectFailures++;
+      const attempts = this.opts.collectAttempts ?? 3;
+      this.log.warn({ executionKey: key, err: String(err), attempt: run.collectFailures }, 'collecting outputs failed');
+      if (run.collectFailures < attempts) throw err;
+      run.state.collection = { ok: false, error: String(err instanceof Error ? err.message : err) };
+    }
+  }
+
+  private finish(key: string, run: TrackedRun, observation: RunObservation): void {
+    run.state.finished = true;
+    this.runs.delete(key);
+    this.queue.forget(key);
+    const out = run.state.collection?.ok ? run.state.collection.output : null;
+    if (out && (out.rejected.length > 0 || out.truncated)) {
+      this.log.warn({ executionKey: key, rejected: out.rejected, truncated: out.truncated }, 'some outputs were refused');
+    }
+    run.resolve({
+      observation,
+      report: out?.report ?? null,
+      stdout: out?.stdout ?? '',
+      stderr: out?.stderr ?? '',
+      stdoutTruncated: out?.stdoutTruncated ?? false,
+      stderrTruncated: out?.stderrTruncated ?? false,
+      resultJson: out?.resultJson ?? null,
+      ...(out?.resultJsonTooLarge ? { resultJsonTooLarge: true } : {}),
+      artifacts: out?.artifacts ?? [],
+    });
+  }
+}

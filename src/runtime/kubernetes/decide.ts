@@ -1,0 +1,223 @@
+/**
+ * The controller's decision, as a pure function of what it knows about one run (its own state, the
+ * Job and the Pod from the informer caches, and the time): `decide(run, job, pod, now) → Action[]`.
+ * Level-triggered: the same inputs always give the same actions, so a restart, a duplicate event or
+ * a missed one changes nothing. The controller only fetches inputs and applies the actions.
+ */
+import type { V1ContainerStatus, V1Job, V1Pod } from '@kubernetes/client-node';
+import type { RunObservation } from '../runtime.ts';
+import { CONTAINERS } from './names.ts';
+import type { CollectedOutput } from './output-tar.ts';
+
+/** Result of pulling `/output`: the parsed archive, or why it could not be had. */
+export type CollectionOutcome = { ok: true; output: CollectedOutput } | { ok: false; error: string };
+
+/** What the controller remembers about one run it is driving. */
+export interface RunState {
+  executionId: string;
+  jobName: string;
+  /** Epoch ms the run began: when we created the Job, or the Job's creation time when adopted. */
+  startedAt: number;
+  /** Startup limit (sandbox creation, image pull, dependency install), ms. */
+  startupTimeoutMs: number;
+  /** How long a vanished pod may wait for its Job's status to explain it (deadline vs deletion), ms. */
+  podGoneGraceMs: number;
+  cancelRequested: boolean;
+  /** We deleted the Job ourselves (cancel, startup timeout, image error): its pods vanishing is expected. */
+  jobDeleted: boolean;
+  /** Last phase reported through `onPhase`. */
+  phaseReported: 'startup' | 'execution';
+  /** When `main` started (from its container state), remembered in case the pod disappears. */
+  mainStartedAt: number | null;
+  /** The Job/Pod has been seen at least once (so its absence now means it was removed). */
+  jobSeen: boolean;
+  podSeen: boolean;
+  /** When the pod was first seen gone or deleting without us asking. */
+  podGoneAt: number | null;
+  collection: CollectionOutcome | null;
+  /** The collector has been told to exit. */
+  released: boolean;
+  /** Tail of the `deps` log once fetched; `undefined` while not fetched. */
+  depsLog: string | undefined;
+  finished: boolean;
+}
+
+/** What the controller should do, in order. */
+export type Action =
+  | { type: 'enterExecution'; mainStartedAt: number | null }
+  | { type: 'collect'; pod: string }
+  | { type: 'release'; pod: string }
+  | { type: 'fetchDepsLog'; pod: string }
+  | { type: 'deleteJob' }
+  | { type: 'notePodGone'; at: number }
+  | { type: 'wakeAt'; at: number }
+  | { type: 'finish'; observation: RunObservation };
+
+/** Waiting reasons that mean the image can never be pulled or used: fail at once (`docker_error`). */
+export const IMAGE_ERRORS = new Set(['ErrImagePull', 'ImagePullBackOff', 'InvalidImageName', 'ErrImageNeverPull']);
+/** Terminated reasons that mean the container's command could not start. */
+export const START_ERRORS = new Set(['ContainerCannotRun', 'StartError']);
+
+/** Epoch ms of a timestamp that may be a Date (typed list) or an RFC 3339 string (raw watch event). */
+export function toMs(t: Date | string | undefined | null): number | null {
+  if (t === undefined || t === null) return null;
+  const n = t instanceof Date ? t.getTime() : Date.parse(t);
+  return Number.isFinite(n) ? n : null;
+}
+
+function status(pod: V1Pod | undefined, name: string, init = false): V1ContainerStatus | undefined {
+  const list = init ? pod?.status?.initContainerStatuses : pod?.status?.containerStatuses;
+  return list?.find((c) => c.name === name);
+}
+
+function jobDeadlineExceeded(job: V1Job | undefined): boolean {
+  return !!job?.status?.conditions?.some((c) => c.type === 'Failed' && c.status === 'True' && c.reason === 'DeadlineExceeded');
+}
+
+/** Why the pod is not running yet, for logs (`Unschedulable: 0/3 nodes ...`). */
+export function pendingReason(pod: V1Pod | undefined): string {
+  if (!pod) return 'the pod was never created';
+  const sched = pod.status?.conditions?.find((c) => c.type === 'PodScheduled' && c.status === 'False');
+  if (sched) return `${sched.reason ?? 'Unschedulable'}: ${sched.message ?? ''}`.trim();
+  for (const c of [...(pod.status?.initContainerStatuses ?? []), ...(pod.status?.containerStatuses ?? [])]) {
+    const w = c.state?.waiting;
+    if (w?.reason) return `${c.name}: ${w.reason}${w.message ? `: ${w.message}` : ''}`;
+    if (c.state?.running && c.name === CONTAINERS.deps) return 'installing requirements';
+  }
+  return `pod phase ${pod.status?.phase ?? 'unknown'}`;
+}
+
+/**
+ * What the runtime itself saw, from the pod's container states (second precision, as Kubernetes
+ * records them) and the run's own start time (ms).
+ */
+export function observe(run: RunState, pod: V1Pod | undefined, now: number, over: Partial<RunObservation> = {}): RunObservation {
+  const main = status(pod, CONTAINERS.main);
+  const deps = status(pod, CONTAINERS.deps, true);
+  const term = main?.state?.terminated;
+  const mainStarted = toMs(main?.state?.running?.startedAt ?? term?.startedAt) ?? run.mainStartedAt;
+  const mainFinished = toMs(term?.finishedAt);
+  const startedAt = run.startedAt;
+  const endedAt = Math.max(startedAt, mainFinished ?? now);
+  const depsStart = toMs(deps?.state?.terminated?.startedAt ?? deps?.state?.running?.startedAt);
+  const depsEnd = toMs(deps?.state?.terminated?.finishedAt) ?? (deps?.state?.running ? now : null);
+  const exitCode = term ? (term.exitCode ?? null) : null;
+  const phase: RunObservation['phase'] = term ? (exitCode === 0 ? 'completed' : 'failed') : mainStarted !== null ? 'execution' : 'startup';
+  return {
+    exitCode,
+    timedOut: null,
+    oomKilled: term?.reason === 'OOMKilled',
+    cancelled: false,
+    dependencyError: null,
+    infraError: null,
+    phase,
+    startedAt: new Date(startedAt),
+    endedAt: new Date(endedAt),
+    startupMs: mainStarted !== null ? Math.max(0, mainStarted - startedAt) : endedAt - startedAt,
+    depInstallMs: depsStart !== null && depsEnd !== null ? Math.max(0, depsEnd - depsStart) : 0,
+    executionMs: mainStarted !== null ? Math.max(0, (mainFinished ?? now) - mainStarted) : 0,
+    totalMs: endedAt - startedAt,
+    ...over,
+  };
+}
+
+/** See the module comment. `pod` is the run's pod (the first one seen), `undefined` when absent. */
+export function decide(run: RunState, job: V1Job | undefined, pod: V1Pod | undefined, now: number): Action[] {
+  if (run.finished) return [];
+  const finish = (over: Partial<RunObservation> = {}): Action => ({ type: 'finish', observation: observe(run, pod, now, over) });
+  const podName = pod?.metadata?.name ?? '';
+  const main = status(pod, CONTAINERS.main);
+  const collector = status(pod, CONTAINERS.collector);
+  const deps = status(pod, CONTAINERS.deps, true);
+  const mainStartedAtMs = toMs(main?.state?.running?.startedAt ?? main?.state?.terminated?.startedAt);
+  const mainStarted = !!(main?.state?.running || main?.state?.terminated) || run.phaseReported === 'execution';
+  const mainTerm = main?.state?.terminated;
+
+  // Cancellation wins over everything: stop the pod, report at once.
+  if (run.cancelRequested) {
+    return [...(run.jobDeleted ? [] : [{ type: 'deleteJob' } as const]), finish({ cancelled: true })];
+  }
+
+  // Outputs pulled: let the collector go, then report.
+  if (run.collection) {
+    if (!run.released && pod && collector?.state?.running && !pod.metadata?.deletionTimestamp) return [{ type: 'release', pod: podName }];
+    if (run.collection.ok) return [finish()];
+    const oom = mainTerm?.reason === 'OOMKilled';
+    return [finish(oom ? {} : { infraError: { type: 'internal_error', message: `outputs could not be collected: ${run.collection.error}` } })];
+  }
+
+  // The Job's activeDeadlineSeconds fired (the backstop behind the runner's own timeout).
+  if (jobDeadlineExceeded(job)) return [finish({ timedOut: mainStarted ? 'execution' : 'startup' })];
+
+  // Evicted (node pressure, ephemeral storage over its limit): the machinery failed the run.
+  if (pod?.status?.reason === 'Evicted') {
+    return [finish({ infraError: { type: 'internal_error', message: `pod evicted: ${pod.status.message ?? 'no message'}` } })];
+  }
+
+  // Pod deleted (or deleting) under the run without us asking. The Job controller deletes pods
+  // before it records DeadlineExceeded, so give the Job's status a moment to explain the loss.
+  const podGone = (!pod && run.podSeen) || !!pod?.metadata?.deletionTimestamp;
+  if (podGone && !run.jobDeleted) {
+    if (run.podGoneAt === null) return [{ type: 'notePodGone', at: now }, { type: 'wakeAt', at: now + run.podGoneGraceMs }];
+    if (now < run.podGoneAt + run.podGoneGraceMs) return [{ type: 'wakeAt', at: run.podGoneAt + run.podGoneGraceMs }];
+    return [finish({ infraError: { type: 'internal_error', message: 'the run pod was deleted while the run was in progress' } })];
+  }
+  if (!job && run.jobSeen && !run.jobDeleted) {
+    return [finish({ infraError: { type: 'internal_error', message: 'the run Job was deleted while the run was in progress' } })];
+  }
+
+  // Image problems never heal by waiting: report docker_error now, not at the startup timeout.
+  for (const c of [deps, main, collector]) {
+    const w = c?.state?.waiting;
+    if (w?.reason && IMAGE_ERRORS.has(w.reason)) {
+      return [{ type: 'deleteJob' }, finish({ infraError: { type: 'docker_error', message: `${c?.name}: ${w.reason}: ${w.message ?? ''}`.trim() } })];
+    }
+    const t = c?.state?.terminated;
+    if (t?.reason && START_ERRORS.has(t.reason)) {
+      return [{ type: 'deleteJob' }, finish({ infraError: { type: 'docker_error', message: `${c?.name}: ${t.reason}: ${t.message ?? ''}`.trim() } })];
+    }
+  }
+
+  // Dependency installation failed: report pip's own words (the log tail).
+  const depsTerm = deps?.state?.terminated;
+  if (depsTerm && depsTerm.exitCode !== 0) {
+    if (depsTerm.reason === 'OOMKilled') return [finish({ oomKilled: true, phase: 'startup' })];
+    if (run.depsLog === undefined) return [{ type: 'fetchDepsLog', pod: podName }];
+    return [finish({ dependencyError: run.depsLog.trim() || `dependency installation failed (exit code ${depsTerm.exitCode})` })];
+  }
+
+  const enter: Action[] = mainStarted && run.phaseReported === 'startup' ? [{ type: 'enterExecution', mainStartedAt: mainStartedAtMs }] : [];
+  if (mainTerm) {
+    if (collector?.state?.running) return [...enter, { type: 'collect', pod: podName }];
+    if (collector?.state?.terminated || pod?.status?.phase === 'Failed' || pod?.status?.phase === 'Succeeded') {
+      const oom = mainTerm.reason === 'OOMKilled';
+      return [...enter, finish(oom ? {} : { infraError: { type: 'internal_error', message: 'outputs lost: the collector container is gone' } })];
+    }
+    // The collector has not started yet (slow image pull): wait for it; the Job deadline bounds this.
+    return enter;
+  }
+  if (mainStarted) return enter;
+
+  // Not started yet: unschedulable, pulling, installing. Bounded by the startup timeout.
+  const deadline = run.startedAt + run.startupTimeoutMs;
+  if (now >= deadline) return [{ type: 'deleteJob' }, finish({ timedOut: 'startup' })];
+  return [{ type: 'wakeAt', at: deadline }];
+}
+
+/** A fresh state for a run that starts (or is adopted) now. */
+export function newRunState(init: Pick<RunState, 'executionId' | 'jobName' | 'startedAt' | 'startupTimeoutMs' | 'podGoneGraceMs'> & Partial<RunState>): RunState {
+  return {
+    cancelRequested: false,
+    jobDeleted: false,
+    phaseReported: 'startup',
+    mainStartedAt: null,
+    jobSeen: false,
+    podSeen: false,
+    podGoneAt: null,
+    collection: null,
+    released: false,
+    depsLog: undefined,
+    finished: false,
+    ...init,
+  };
+}

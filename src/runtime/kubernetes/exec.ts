@@ -1,0 +1,170 @@
+/**
+ * `exec` into a container over WebSocket, speaking the Kubernetes channel protocols
+ * `v5.channel.k8s.io` and `v4.channel.k8s.io`: every binary frame starts with a channel byte
+ * (1 stdout, 2 stderr, 3 status as a JSON `Status`; v5 adds 255 = "close channel N").
+ *
+ * Our own small client rather than client-node's `Exec`: that one routes v5 close frames to
+ * `process.stdout` and throws on channel 255, and it cannot apply backpressure to a large stream.
+ */
+import type { Writable } from 'node:stream';
+import type { KubeConfig } from '@kubernetes/client-node';
+import WebSocket from 'ws';
+
+/** The protocols we offer, preferred first. */
+export const EXEC_PROTOCOLS = ['v5.channel.k8s.io', 'v4.channel.k8s.io'] as const;
+
+/** The `Status` a command ended with (channel 3). */
+export interface ExecStatus {
+  status?: string;
+  message?: string;
+  reason?: string;
+  details?: { causes?: { reason?: string; message?: string }[] };
+}
+
+/** Outcome of one exec. */
+export interface ExecResult {
+  /** Exit code: 0 on `Success`, the `ExitCode` cause on `NonZeroExitCode`, null when unknown. */
+  exitCode: number | null;
+  status: ExecStatus | null;
+  /** Up to 64 KiB of stderr. */
+  stderr: string;
+  protocol: string;
+}
+
+/** One exec request. */
+export interface ExecRequest {
+  namespace: string;
+  pod: string;
+  container: string;
+  command: readonly string[];
+  /** Receives stdout; the socket is paused while it pushes back. Ended when the command ends. */
+  stdout?: Writable;
+  signal?: AbortSignal;
+  /** Gives up (and closes the socket) after this long. */
+  timeoutMs?: number;
+}
+
+const MAX_STDERR = 64 * 1024;
+
+/** Exit code of an exec `Status`. */
+export function exitCodeOf(status: ExecStatus | null): number | null {
+  if (!status) return null;
+  if (status.status === 'Success') return 0;
+  const cause = status.details?.causes?.find((c) => c.reason === 'ExitCode');
+  const n = cause?.message !== undefined ? Number(cause.message) : NaN;
+  return Number.isInteger(n) ? n : null;
+}
+
+/** Thrown when the exec could not be set up or broke before its status arrived. */
+export class ExecError extends Error {
+  override readonly name = 'ExecError';
+  constructor(
+    message: string,
+    readonly httpStatus?: number,
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * Runs a command in a container and resolves once the server closed the stream. Rejects with
+ * {@link ExecError} when the upgrade is refused (e.g. 404: pod gone; 400: container not running) or
+ * the socket breaks before a status arrived.
+ */
+export async function execInContainer(kc: KubeConfig, req: ExecRequest): Promise<ExecResult> {
+  const cluster = kc.getCurrentCluster();
+  if (!cluster) throw new ExecError('no current cluster in kubeconfig');
+  const q = new URLSearchParams();
+  for (const c of req.command) q.append('command', c);
+  q.set('container', req.container);
+  q.set('stdout', 'true');
+  q.set('stderr', 'true');
+  const base = cluster.server.replace(/^http/, 'ws').replace(/\/$/, '');
+  const url = `${base}/api/v1/namespaces/${encodeURIComponent(req.namespace)}/pods/${encodeURIComponent(req.pod)}/exec?${q}`;
+  const opts: WebSocket.ClientOptions = {};
+  await kc.applyToHTTPSOptions(opts);
+
+  return new Promise<ExecResult>((resolve, reject) => {
+    const ws = new WebSocket(url, [...EXEC_PROTOCOLS], { ...opts, perMessageDeflate: false });
+    let status: ExecStatus | null = null;
+    let stderr = '';
+    let settled = false;
+    let stdoutEnded = false;
+    const endStdout = () => {
+      if (!stdoutEnded && req.stdout) {
+        stdoutEnded = true;
+        req.stdout.end();
+      }
+    };
+    const timer = req.timeoutMs ? setTimeout(() => fail(new ExecError(`exec timed out after ${req.timeoutMs} ms`)), req.timeoutMs) : null;
+    const onAbort = () => fail(new ExecError('exec aborted'));
+    req.signal?.addEventListener('abort', onAbort, { once: true });
+    const cleanup = () => {
+      if (timer) clearTimeout(timer);
+      req.signal?.removeEventListener('abort', onAbort);
+    };
+    function fail(err: Error) {
+      if (settled) return;
+      settled = true;
+      cleanup();
+      if (req.stdout && !stdoutEnded) {
+        stdoutEnded = true;
+        req.stdout.destroy(err);
+      }
+      ws.terminate();
+      reject(err);
+    }
+    ws.on('unexpected-response', (_req, res) => {
+      let body = '';
+      res.on('data', (c: Buffer) => (body += c.toString('utf8').slice(0, 2000)));
+      res.on('end', () => {
+        let msg = body;
+        try {
+          msg = (JSON.parse(body) as { message?: string }).message ?? body;
+        } catch {
+          /* not JSON */
+        }
+        fail(new ExecError(`exec refused: HTTP ${res.statusCode ?? '?'} ${msg}`.trim(), res.statusCode));
+      });
+    });
+    ws.on('error', (err) => fail(new ExecError(`exec failed: ${err.message}`)));
+    ws.on('message', (data: Buffer, isBinary: boolean) => {
+      const buf = isBinary ? data : Buffer.from(data.toString(), 'utf8');
+      if (buf.length === 0) return;
+      const channel = buf[0];
+      const payload = buf.subarray(1);
+      // Servers may open each channel with an empty frame; it carries nothing (not even a status).
+      if (payload.length === 0) return;
+      if (channel === 1) {
+        if (req.stdout && !stdoutEnded && payload.length > 0 && !req.stdout.write(payload)) {
+          // Backpressure: stop reading the socket until the consumer drains.
+          ws.pause();
+          req.stdout.once('drain', () => ws.resume());
+        }
+      } else if (channel === 2) {
+        if (stderr.length < MAX_STDERR) stderr += payload.toString('utf8').slice(0, MAX_STDERR - stderr.length);
+      } else if (channel === 3) {
+        try {
+          status = JSON.parse(payload.toString('utf8')) as ExecStatus;
+        } catch {
+          status = { status: 'Failure', message: payload.toString('utf8') };
+        }
+      } else if (channel === 255) {
+        // v5: the server closed one of its channels; stdout's close means no more data.
+        if (payload[0] === 1) endStdout();
+      }
+      // Other channels (resize, or an empty first frame some servers send) are ignored.
+    });
+    ws.on('close', () => {
+      if (settled) return;
+      settled = true;
+      cleanup();
+      endStdout();
+      if (status === null) {
+        reject(new ExecError('exec stream closed before the command ended (no status)'));
+        return;
+      }
+      resolve({ exitCode: exitCodeOf(status), status, stderr, protocol: ws.protocol });
+    });
+  });
+}

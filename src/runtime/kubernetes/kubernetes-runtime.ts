@@ -1,0 +1,315 @@
+/**
+ * The Kubernetes runtime: every run is a batch/v1 Job (plus a Secret with its code and input) in the
+ * runs namespace; a controller watches the run pods, reports the startup → execution transition,
+ * pulls `/output` from the `collector` sidecar and resolves the run with a {@link RawRun}.
+ */
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { KubeConfig } from '@kubernetes/client-node';
+import type { Config } from '../../config.ts';
+import {
+  NO_GUARD,
+  RunGoneError,
+  type Guard,
+  type RawRun,
+  type RunOptions,
+  type RunSpec,
+  type Runtime,
+  type RuntimeHealth,
+  type RuntimeHooks,
+} from '../runtime.ts';
+import { buildJob, ownSecret } from './build-job.ts';
+import { RunController, type Clock, type ControllerLogger } from './controller.ts';
+import { newRunState, toMs } from './decide.ts';
+import { KubeApi } from './kube-api.ts';
+import { ANNOTATIONS, LABELS, executionLabel, jobNameFor } from './names.ts';
+import { defaultOutputLimits } from './output-tar.ts';
+
+/** Constructor options of {@link createKubernetesRuntime}. */
+export interface KubernetesRuntimeOptions {
+  /** Client configuration; default `KubeConfig.loadFromDefault()` (in-cluster service account or `KUBECONFIG`). */
+  kubeConfig?: KubeConfig;
+  /** The service's breaker + retry; every API call goes through it. */
+  guard?: Guard;
+  /** Needed by `start()` to garbage-collect Jobs whose record is terminal or missing. */
+  hooks?: RuntimeHooks;
+  clock?: Clock;
+  logger?: ControllerLogger;
+  /** Text of the runner shipped to every run; default: `src/sandbox/runner.py` read at creation. */
+  runnerSource?: string;
+  /** Tuning, mostly for tests. */
+  tuning?: {
+    podGoneGraceMs?: number;
+    execTimeoutMs?: number;
+    collectAttempts?: number;
+    informerBackoffInitialMs?: number;
+    informerBackoffMaxMs?: number;
+    watchTimeoutSeconds?: number;
+    /** How long health facts and the RuntimeClass lookup are cached, ms. */
+    healthCacheMs?: number;
+  };
+}
+
+/** The path of the runner every runtime uses. */
+export const RUNNER_PATH = fileURLToPath(new URL('../../sandbox/runner.py', import.meta.url));
+
+const silent: ControllerLogger = { debug: () => undefined, info: () => undefined, warn: () => undefined, error: () => undefined };
+
+/** Loads the client configuration the way kubectl does: in-cluster, else `KUBECONFIG`/`~/.kube/config`. */
+export function defaultKubeConfig(): KubeConfig {
+  const kc = new KubeConfig();
+  kc.loadFromDefault();
+  return kc;
+}
+
+/**
+ * Creates the Kubernetes runtime. Nothing touches the cluster until `start()`, which syncs the
+ * informers and deletes Jobs of this instance whose execution is no longer live (per `hooks`).
+ */
+export function createKubernetesRuntime(config: Config, options: KubernetesRuntimeOptions = {}): Runtime {
+  return new KubernetesRuntime(config, options);
+}
+
+class KubernetesRuntime implements Runtime {
+  readonly name = 'kubernetes';
+  private readonly kc: KubeConfig;
+  private readonly api: KubeApi;
+  private readonly controller: RunController;
+  private readonly guard: Guard;
+  private readonly clock: Clock;
+  private readonly log: ControllerLogger;
+  private readonly ns: string;
+  private runnerSource: string | null;
+  private runtimeClass: { exists: boolean | null; at: number } = { exists: null, at: 0 };
+  private healthCache: { value: RuntimeHealth; at: number } | null = null;
+  private started = false;
+
+  constructor(
+    private readonly config: Config,
+    private readonly options: KubernetesRuntimeOptions,
+  ) {
+    this.kc = options.kubeConfig ?? defaultKubeConfig();
+    this.guard = options.guard ?? NO_GUARD;
+    this.clock = options.clock ?? { now: () => Date.now() };
+    this.log = options.logger ?? silent;
+    this.ns = config.kubernetes.runs_namespace;
+    this.api = new KubeApi(this.kc, this.guard);
+    this.runnerSource = options.runnerSource ?? null;
+    const t = options.tuning ?? {};
+    this.controller = new RunController({
+      kubeConfig: this.kc,
+      api: this.api,
+      namespace: this.ns,
+      instance: config.kubernetes.instance,
+      guard: this.guard,
+      clock: this.clock,
+      logger: this.log,
+      ...(t.execTimeoutMs !== undefined ? { execTimeoutMs: t.execTimeoutMs } : {}),
+      ...(t.collectAttempts !== undefined ? { collectAttempts: t.collectAttempts } : {}),
+      ...(t.informerBackoffInitialMs !== undefined ? { informerBackoffInitialMs: t.informerBackoffInitialMs } : {}),
+      ...(t.informerBackoffMaxMs !== undefined ? { informerBackoffMaxMs: t.informerBackoffMaxMs } : {}),
+      ...(t.watchTimeoutSeconds !== undefined ? { watchTimeoutSeconds: t.watchTimeoutSeconds } : {}),
+    });
+  }
+
+  /** Informers, request counters etc. for tests and the bench. */
+  get internals(): { controller: RunController; api: KubeApi } {
+    return { controller: this.controller, api: this.api };
+  }
+
+  async start(): Promise<void> {
+    if (this.started) return;
+    this.runner();
+    await this.controller.start();
+    this.started = true;
+    await this.refreshRuntimeClass();
+    await this.collectGarbage();
+  }
+
+  async stop(): Promise<void> {
+    this.controller.stop();
+    this.started = false;
+  }
+
+  async health(): Promise<RuntimeHealth> {
+    const ttl = this.options.tuning?.healthCacheMs ?? 5000;
+    const now = this.clock.now();
+    if (this.healthCache && now - this.healthCache.at < ttl) return this.healthCache.value;
+    let available = false;
+    let error: string | undefined;
+    try {
+      // Listing Jobs proves the API answers and that our role in the runs namespace works.
+      await this.api.listJobs(this.ns, `${LABELS.instance}=${this.config.kubernetes.instance}`, 1);
+      available = true;
+    } catch (err) {
+      error = err instanceof Error ? err.message : String(err);
+    }
+    const gvisor = available ? await this.refreshRuntimeClass(true) : this.runtimeClass.exists === true;
+    const value: RuntimeHealth = {
+      available,
+      gvisorAvailable: gvisor,
+      engine: 'kubernetes',
+      isolated: true,
+      limits: 'kubernetes',
+      detail: {
+        runs_namespace: this.ns,
+        runtime_class: this.config.kubernetes.runtime_class,
+        informers_synced: this.controller.pods.synced && this.controller.jobs.synced,
+        runs_in_flight: this.controller.inFlight,
+        ...(error ? { error } : {}),
+      },
+    };
+    this.healthCache = { value, at: now };
+    return value;
+  }
+
+  async run(spec: RunSpec, options: RunOptions = {}): Promise<RawRun> {
+    if (!this.started) throw new Error('kubernetes runtime: start() was not called');
+    const key = executionLabel(spec.executionId);
+    const jobName = jobNameFor(spec.executionId);
+    if (this.controller.has(key)) throw new Error(`execution ${spec.executionId} is already being run by this process`);
+    const t = this.options.tuning ?? {};
+    let startedAt = this.clock.now();
+    let jobSeen = false;
+
+    const runtimeClassName = await this.runtimeClassFor();
+    const { secret, job } = buildJob(spec, spec.jobType, this.config, {
+      runtimeClassName: runtimeClassName === false ? null : runtimeClassName,
+      runnerSource: this.runner(),
+    });
+
+    if (options.adopt) {
+      const existing = await this.api.getJob(this.ns, jobName);
+      if (!existing) throw new RunGoneError(`no Job ${jobName} for execution ${spec.executionId}`);
+      startedAt = toMs(existing.metadata?.creationTimestamp) ?? startedAt;
+      jobSeen = true;
+      const finished = existing.status?.conditions?.some((c) => (c.type === 'Complete' || c.type === 'Failed') && c.status === 'True');
+      // The process that created the Job may have died before its Secret existed.
+      if (!finished) await this.api.createSecret(ownSecret(secret, existing));
+    } else {
+      if (options.signal?.aborted) return cancelledBeforeStart(startedAt);
+      if (runtimeClassName === false) {
+        return infraFailure(startedAt, 'config_error', `security_mode strict requires RuntimeClass ${this.config.kubernetes.runtime_class}, which does not exist in the cluster`);
+      }
+      const created = await this.api.createJob(job);
+      // 409: another attempt (or replica) created it; the Secret is owned by whichever Job exists.
+      const owner = created ?? (await this.api.getJob(this.ns, jobName));
+      if (!owner) throw new Error(`Job ${jobName} exists and vanished at once; retry`);
+      try {
+        await this.api.createSecret(ownSecret(secret, owner));
+      } catch (err) {
+        // Without its Secret the pod can never start; remove the Job so a retry starts clean.
+        await this.api.deleteJob(this.ns, jobName).catch(() => undefined);
+        throw err;
+      }
+    }
+
+    const state = newRunState({
+      executionId: spec.executionId,
+      jobName,
+      startedAt,
+      startupTimeoutMs: spec.startupTimeoutSec * 1000,
+      podGoneGraceMs: t.podGoneGraceMs ?? 3000,
+      jobSeen,
+    });
+    const onAbort = () => this.controller.cancel(key);
+    options.signal?.addEventListener('abort', onAbort, { once: true });
+    try {
+      const tracked = this.controller.track(key, {
+        state,
+        limits: defaultOutputLimits(spec.maxArtifactBytes, spec.maxStdoutBytes),
+        ...(options.onPhase ? { onPhase: options.onPhase } : {}),
+      });
+      if (options.signal?.aborted) this.controller.cancel(key);
+      return await tracked;
+    } finally {
+      options.signal?.removeEventListener('abort', onAbort);
+    }
+  }
+
+  /** The runner text, read once. */
+  private runner(): string {
+    if (this.runnerSource === null) this.runnerSource = readFileSync(RUNNER_PATH, 'utf8');
+    return this.runnerSource;
+  }
+
+  /**
+   * The RuntimeClass to put on a run: always the configured one in `strict` (false when it is known
+   * not to exist), in `permissive` only when it exists.
+   */
+  private async runtimeClassFor(): Promise<string | null | false> {
+    const name = this.config.kubernetes.runtime_class;
+    const exists = await this.refreshRuntimeClass();
+    if (this.config.security_mode === 'strict') return exists === false ? false : name;
+    return exists ? name : null;
+  }
+
+  /** Whether the RuntimeClass exists, cached; null when unknown (API error). */
+  private async refreshRuntimeClass(force = false): Promise<boolean> {
+    const ttl = this.options.tuning?.healthCacheMs ?? 60_000;
+    const now = this.clock.now();
+    if (!force && this.runtimeClass.exists !== null && now - this.runtimeClass.at < Math.max(ttl, 30_000)) return this.runtimeClass.exists;
+    try {
+      const exists = await this.api.runtimeClassExists(this.config.kubernetes.runtime_class);
+      this.runtimeClass = { exists, at: now };
+      return exists;
+    } catch (err) {
+      this.log.warn({ err: String(err) }, 'cannot read RuntimeClass');
+      return this.runtimeClass.exists === true;
+    }
+  }
+
+  /** Deletes Jobs of this instance whose execution is terminal or unknown (SPEC §1.12). */
+  private async collectGarbage(): Promise<void> {
+    const hooks = this.options.hooks;
+    if (!hooks) return;
+    const jobs = this.controller.jobs.list();
+    const byId = new Map<string, string>();
+    for (const j of jobs) {
+      const id = j.metadata?.annotations?.[ANNOTATIONS.executionId] ?? j.metadata?.labels?.[LABELS.executionId];
+      if (id && j.metadata?.name) byId.set(id, j.metadata.name);
+    }
+    if (byId.size === 0) return;
+    const live = await hooks.liveExecutionIds([...byId.keys()]);
+    for (const [id, name] of byId) {
+      if (live.has(id)) continue;
+      try {
+        await this.api.deleteJob(this.ns, name);
+        this.log.info({ executionId: id, job: name }, 'deleted orphaned run Job');
+      } catch (err) {
+        this.log.warn({ executionId: id, job: name, err: String(err) }, 'could not delete orphaned run Job');
+      }
+    }
+  }
+}
+
+function baseObservation(startedAt: number) {
+  const t = new Date(startedAt);
+  return {
+    exitCode: null,
+    timedOut: null,
+    oomKilled: false,
+    cancelled: false,
+    dependencyError: null,
+    infraError: null,
+    phase: 'startup' as const,
+    startedAt: t,
+    endedAt: t,
+    startupMs: 0,
+    depInstallMs: 0,
+    executionMs: 0,
+    totalMs: 0,
+  };
+}
+
+function emptyRun(observation: RawRun['observation']): RawRun {
+  return { observation, report: null, stdout: '', stderr: '', stdoutTruncated: false, stderrTruncated: false, resultJson: null, artifacts: [] };
+}
+
+function cancelledBeforeStart(startedAt: number): RawRun {
+  return emptyRun({ ...baseObservation(startedAt), cancelled: true });
+}
+
+function infraFailure(startedAt: number, type: string, message: string): RawRun {
+  return emptyRun({ ...baseObservation(startedAt), infraError: { type, message } });
+}

@@ -1,0 +1,284 @@
+/**
+ * Parses the tar stream of a run's `/output` (streamed from the `collector` container) into what a
+ * run produced, with limits, as a stream: nothing larger than a limit is ever held in memory, and
+ * hostile entries (`../`, absolute names, links, devices, over-long names) never become artifacts.
+ */
+import { createHash } from 'node:crypto';
+import type { Readable } from 'node:stream';
+import * as tar from 'tar-stream';
+import { RESERVED_ARTIFACT_NAMES, type CollectedFile, type RunnerReport } from '../runtime.ts';
+
+/** Limits of one collection. */
+export interface OutputLimits {
+  /** Largest artifact (and `result.json`) kept, bytes. */
+  maxArtifactBytes: number;
+  /** Bytes kept of each of `.svc_stdout` / `.svc_stderr`. */
+  maxStdoutBytes: number;
+  /** Stop reading the stream after this many bytes of file contents in total. */
+  maxTotalBytes: number;
+  /** Stop after this many entries. */
+  maxEntries: number;
+}
+
+/** An entry that was refused, and why. Never stored. */
+export interface RejectedEntry {
+  name: string;
+  reason: 'unsafe_name' | 'name_too_long';
+}
+
+/** What a run left in `/output`. */
+export interface CollectedOutput {
+  stdout: string;
+  stderr: string;
+  stdoutTruncated: boolean;
+  stderrTruncated: boolean;
+  report: RunnerReport | null;
+  resultJson: string | null;
+  resultJsonTooLarge: boolean;
+  artifacts: CollectedFile[];
+  rejected: RejectedEntry[];
+  /** The total or entry cap was hit: later entries were not read. */
+  truncated: boolean;
+  /** Entries seen in the archive (0 for an empty stream). */
+  entries: number;
+}
+
+/** Default caps derived from the per-file limits. */
+export function defaultOutputLimits(maxArtifactBytes: number, maxStdoutBytes: number): OutputLimits {
+  return {
+    maxArtifactBytes,
+    maxStdoutBytes,
+    maxTotalBytes: 16 * maxArtifactBytes + 4 * maxStdoutBytes + 1024 * 1024,
+    maxEntries: 1000,
+  };
+}
+
+const MAX_REPORT_BYTES = 64 * 1024;
+const MAX_NAME_BYTES = 1024;
+const MAX_SEGMENT_BYTES = 255;
+const STREAM_FILES = { '.svc_stdout': 'stdout', '.svc_stderr': 'stderr' } as const;
+
+const CONTENT_TYPES: Record<string, string> = {
+  txt: 'text/plain',
+  log: 'text/plain',
+  md: 'text/markdown',
+  csv: 'text/csv',
+  tsv: 'text/tab-separated-values',
+  json: 'application/json',
+  jsonl: 'application/x-ndjson',
+  html: 'text/html',
+  htm: 'text/html',
+  xml: 'application/xml',
+  yaml: 'application/yaml',
+  yml: 'application/yaml',
+  py: 'text/x-python',
+  png: 'image/png',
+  jpg: 'image/jpeg',
+  jpeg: 'image/jpeg',
+  gif: 'image/gif',
+  svg: 'image/svg+xml',
+  webp: 'image/webp',
+  pdf: 'application/pdf',
+  zip: 'application/zip',
+  gz: 'application/gzip',
+  tar: 'application/x-tar',
+  parquet: 'application/vnd.apache.parquet',
+  npy: 'application/octet-stream',
+  pkl: 'application/octet-stream',
+};
+
+/** MIME type by file extension; `application/octet-stream` when unknown. */
+export function contentTypeFor(name: string): string {
+  const ext = /\.([A-Za-z0-9]+)$/.exec(name)?.[1]?.toLowerCase();
+  return (ext && CONTENT_TYPES[ext]) ?? 'application/octet-stream';
+}
+
+/**
+ * The artifact name of a tar entry, or why it is refused. `tar -C /output -cf - .` names entries
+ * `./a`, `./sub/b`; the leading `./` goes, anything that could escape or confuse a path is refused.
+ * Returns `''` for the archive's root directory entry.
+ */
+export function normalizeEntryName(raw: string): string | RejectedEntry {
+  let name = raw;
+  while (name.startsWith('./')) name = name.slice(2);
+  if (name === '.' || name === '') return '';
+  name = name.replace(/\/+$/, '');
+  if (Buffer.byteLength(name) > MAX_NAME_BYTES) return { name: raw.slice(0, 200), reason: 'name_too_long' };
+  // eslint-disable-next-line no-control-regex
+  if (name.startsWith('/') || name.includes('\\') || /[\x00-\x1f\x7f]/.test(name)) return { name: raw, reason: 'unsafe_name' };
+  const parts = name.split('/');
+  for (const part of parts) {
+    if (part === '' || part === '.' || part === '..') return { name: raw, reason: 'unsafe_name' };
+    if (Buffer.byteLength(part) > MAX_SEGMENT_BYTES) return { name: raw.slice(0, 200), reason: 'name_too_long' };
+  }
+  return parts.join('/');
+}
+
+const EMPTY_SHA256 = createHash('sha256').digest('hex');
+
+/**
+ * Reads a tar stream to the end (or to a cap) and sorts its entries into streams, report, result and
+ * artifacts. Resolves when the archive is read or a cap is hit (`truncated`; the caller should then
+ * stop the producer). Rejects only when the stream is not a tar archive or breaks.
+ */
+export function parseOutputTar(source: Readable, limits: OutputLimits): Promise<CollectedOutput> {
+  const out: CollectedOutput = {
+    stdout: '',
+    stderr: '',
+    stdoutTruncated: false,
+    stderrTruncated: false,
+    report: null,
+    resultJson: null,
+    resultJsonTooLarge: false,
+    artifacts: [],
+    rejected: [],
+    truncated: false,
+    entries: 0,
+  };
+  const seen = new Set<string>();
+  let totalBytes = 0;
+  let entries = 0;
+
+  return new Promise<CollectedOutput>((resolve, reject) => {
+    const extract = tar.extract();
+    let settled = false;
+    const finish = (err?: Error) => {
+      if (settled) return;
+      settled = true;
+      source.unpipe(extract);
+      if (err) reject(err);
+      else resolve(out);
+    };
+    const stopAtCap = () => {
+      out.truncated = true;
+      finish();
+      extract.destroy();
+    };
+
+    extract.on('entry', (header, stream, next) => {
+      entries++;
+      out.entries = entries;
+      if (entries > limits.maxEntries) {
+        stream.resume();
+        stopAtCap();
+        return;
+      }
+      const name = normalizeEntryName(header.name);
+      const type = header.type ?? 'file';
+      // Reads the entry, keeping at most `keep` bytes; hashes everything it reads.
+      const read = (keep: number, onDone: (kept: Buffer, size: number, sha256: string) => void) => {
+        const chunks: Buffer[] = [];
+        let kept = 0;
+        let size = 0;
+        const hash = createHash('sha256');
+        stream.on('data', (data: unknown) => {
+          const chunk = data as Buffer;
+          size += chunk.length;
+          totalBytes += chunk.length;
+          hash.update(chunk);
+          if (kept < keep) {
+            const part = chunk.subarray(0, keep - kept);
+            chunks.push(part);
+            kept += part.length;
+          }
+          if (totalBytes > limits.maxTotalBytes) {
+            stream.destroy();
+            stopAtCap();
+          }
+        });
+        stream.on('end', () => {
+          onDone(Buffer.concat(chunks), size, hash.digest('hex'));
+          next();
+        });
+        stream.on('error', () => undefined);
+      };
+      const skip = () => {
+        stream.on('end', () => next());
+        stream.on('data', (data: unknown) => {
+          const chunk = data as Buffer;
+          totalBytes += chunk.length;
+          if (totalBytes > limits.maxTotalBytes) {
+            stream.destroy();
+            stopAtCap();
+          }
+        });
+        stream.resume();
+      };
+
+      if (typeof name !== 'string') {
+        out.rejected.push(name);
+        return skip();
+      }
+      if (name === '') return skip();
+      // Artifacts are the files directly in /output, as on the local runtime: a subdirectory is
+      // listed once as not kept, and nothing below it is read.
+      const top = name.split('/')[0]!;
+      if (type === 'directory' || top !== name) {
+        if (!seen.has(top)) {
+          seen.add(top);
+          out.artifacts.push({ name: top, size: 0, sha256: EMPTY_SHA256, contentType: contentTypeFor(top), skipped: 'not_regular' });
+        }
+        return skip();
+      }
+      if (seen.has(name)) return skip();
+      seen.add(name);
+      const topLevel = true;
+      const regular = type === 'file' || type === 'contiguous-file';
+
+      if (!regular) {
+        // Links, devices, fifos: the archive holds no contents for them and a link could point
+        // anywhere. Control files of this kind are treated as absent.
+        if (!(topLevel && (name in STREAM_FILES || name === '.svc_report.json' || name === '.svc_phase' || name === 'result.json'))) {
+          out.artifacts.push({ name, size: 0, sha256: EMPTY_SHA256, contentType: contentTypeFor(name), skipped: 'not_regular' });
+        }
+        return skip();
+      }
+      if (topLevel && name in STREAM_FILES) {
+        const which = STREAM_FILES[name as keyof typeof STREAM_FILES];
+        return read(limits.maxStdoutBytes, (kept, size) => {
+          out[which] = kept.toString('utf8');
+          if (size > limits.maxStdoutBytes) {
+            if (which === 'stdout') out.stdoutTruncated = true;
+            else out.stderrTruncated = true;
+          }
+        });
+      }
+      if (topLevel && name === '.svc_report.json') {
+        return read(MAX_REPORT_BYTES, (kept, size) => {
+          out.report = size <= MAX_REPORT_BYTES ? parseReport(kept) : null;
+        });
+      }
+      if (topLevel && name === '.svc_phase') return skip();
+      if (topLevel && name === 'result.json') {
+        return read(limits.maxArtifactBytes, (kept, size) => {
+          if (size > limits.maxArtifactBytes) out.resultJsonTooLarge = true;
+          else out.resultJson = kept.toString('utf8');
+        });
+      }
+      const reserved = topLevel && (RESERVED_ARTIFACT_NAMES as readonly string[]).includes(name);
+      const tooLarge = header.size !== undefined && header.size > limits.maxArtifactBytes;
+      return read(reserved || tooLarge ? 0 : limits.maxArtifactBytes, (kept, size, sha256) => {
+        const file: CollectedFile = { name, size, sha256, contentType: contentTypeFor(name) };
+        if (reserved) file.skipped = 'reserved_name';
+        else if (tooLarge || size > limits.maxArtifactBytes) file.skipped = 'too_large';
+        else file.data = kept;
+        out.artifacts.push(file);
+      });
+    });
+    extract.on('finish', () => finish());
+    extract.on('close', () => finish());
+    extract.on('error', (err: Error) => finish(settled ? undefined : err));
+    source.on('error', (err: Error) => finish(err));
+    source.pipe(extract);
+  });
+}
+
+/** The runner's report if it is a JSON object; anything else (the user may have written it) is null. */
+function parseReport(buf: Buffer): RunnerReport | null {
+  try {
+    const v = JSON.parse(buf.toString('utf8')) as unknown;
+    return v && typeof v === 'object' && !Array.isArray(v) ? (v as RunnerReport) : null;
+  } catch {
+    return null;
+  }
+}
