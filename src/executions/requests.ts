@@ -1,0 +1,123 @@
+/**
+ * Turning a validated submission into a new record: job type resolution, timeout defaults and limits,
+ * requirement checks, hashes. Shared by sync, async, rerun and fork.
+ */
+import { randomUUID } from 'node:crypto';
+import type { Config } from '../config.ts';
+import { AppError } from '../errors.ts';
+import { jobRef, type JobType, type JobTypeRegistry } from '../jobtypes/job-type.ts';
+import type { NewExecutionRow } from '../store/database.ts';
+import { canonical, sha256 } from '../util/json.ts';
+
+/** A submission after edge validation (SPEC §2.1). */
+export interface Submission {
+  code: string;
+  input_data: Record<string, unknown>;
+  timeout?: number | undefined;
+  startup_timeout?: number | undefined;
+  job_type: string;
+  requirements?: string[] | undefined;
+  idempotency_key?: string | undefined;
+}
+
+/** Where a request came from. */
+export interface RequestMeta {
+  correlationId: string;
+  clientIp: string | null;
+}
+
+/**
+ * Accepted requirement specifiers: a distribution name, optional extras, optional version clauses.
+ * No URLs, paths or options — a requirement starting with `-` would be an option to pip.
+ */
+export const REQUIREMENT_RE =
+  /^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?(?:\[[A-Za-z0-9._-]+(?:,[A-Za-z0-9._-]+)*\])?(?:\s*(?:===|==|!=|~=|>=|<=|>|<)\s*[A-Za-z0-9.*+!_-]+(?:\s*,\s*(?:===|==|!=|~=|>=|<=|>|<)\s*[A-Za-z0-9.*+!_-]+)*)?$/;
+
+/** Resolves the job type or fails with a 400 naming the known ones. */
+export function resolveJobType(registry: JobTypeRegistry, name: string): JobType {
+  const jt = registry.get(name);
+  if (!jt) {
+    const known = registry.list().map((j) => j.name).join(', ');
+    throw new AppError('validation_error', `job_type: unknown job type '${name}' (known: ${known})`);
+  }
+  return jt;
+}
+
+/** Merges job type and request requirements, deduplicated, order kept. */
+export function mergedRequirements(jt: JobType, extra: readonly string[]): string[] {
+  return [...new Set([...jt.requirements, ...extra.map((r) => r.trim())])];
+}
+
+/** Builds the row of a new execution; throws 400s for what only the service can check. */
+export function buildRow(
+  config: Config,
+  registry: JobTypeRegistry,
+  s: Submission,
+  opts: { mode: 'sync' | 'async'; status: 'queued' | 'running'; meta: RequestMeta; workerId?: string; parentId?: string; relationship?: 'rerun' | 'fork'; now: Date },
+): NewExecutionRow {
+  const jt = resolveJobType(registry, s.job_type);
+  const timeout = s.timeout ?? Math.min(jt.timeout, config.max_timeout);
+  if (timeout > config.max_timeout) {
+    throw new AppError('validation_error', `timeout: must be between 1 and ${config.max_timeout} seconds (max_timeout), got ${timeout}`);
+  }
+  const startupTimeout = s.startup_timeout ?? 60;
+  const requirements = s.requirements ?? [];
+  for (const r of requirements) {
+    if (!REQUIREMENT_RE.test(r.trim())) {
+      throw new AppError('validation_error', `requirements: '${r}' is not a package specifier (expected e.g. 'requests' or 'numpy>=1.26,<2')`);
+    }
+  }
+  if (config.production_mode && mergedRequirements(jt, requirements).length > 0 && (requirements.length > 0 || !jt.image)) {
+    throw new AppError(
+      'validation_error',
+      `requirements: production_mode requires pre-built images; install-at-run-time is disabled (build job type '${jt.name}' with its requirements instead)`,
+    );
+  }
+  const inputJson = canonical(s.input_data);
+  const started = opts.status === 'running';
+  return {
+    id: randomUUID(),
+    status: opts.status,
+    mode: opts.mode,
+    job_type: jt.name,
+    job_version: jt.version,
+    job_ref: jobRef(jt),
+    code: s.code,
+    input_data: inputJson,
+    code_hash: sha256(s.code),
+    input_hash: sha256(inputJson),
+    timeout_s: timeout,
+    startup_timeout_s: startupTimeout,
+    requirements: JSON.stringify(requirements),
+    idempotency_key: s.idempotency_key ?? null,
+    payload_hash: s.idempotency_key ? payloadHash(s, timeout, startupTimeout) : null,
+    parent_execution_id: opts.parentId ?? null,
+    relationship: opts.relationship ?? null,
+    created_at: opts.now,
+    started_at: started ? opts.now : null,
+    phase: started ? 'startup' : null,
+    claimed_by: started ? (opts.workerId ?? null) : null,
+    heartbeat_at: started ? opts.now : null,
+    attempts: started ? 1 : 0,
+    client_ip: opts.meta.clientIp,
+    correlation_id: opts.meta.correlationId,
+  };
+}
+
+/**
+ * Hash of what makes two idempotent submissions "the same payload": canonical JSON of code,
+ * input_data, job_type, timeout, startup_timeout and requirements — with defaults applied, so omitting
+ * a field and sending its default are the same payload.
+ */
+export function payloadHash(s: Submission, timeout: number, startupTimeout: number): string {
+  return sha256(
+    canonical({
+      code: s.code,
+      input_data: s.input_data,
+      job_type: s.job_type,
+      timeout,
+      startup_timeout: startupTimeout,
+      requirements: s.requirements ?? [],
+    }),
+  );
+}

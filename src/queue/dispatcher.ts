@@ -1,0 +1,127 @@
+/**
+ * The dispatcher: fills free worker slots with queued jobs. Claims happen in the database
+ * (`FOR UPDATE SKIP LOCKED`), so several processes share one queue without running a job twice.
+ * Wakes on NOTIFY of new work and on a slow poll as a fallback for a lost notification.
+ */
+import type { Logger } from '../logger.ts';
+import type { Slots } from './slots.ts';
+
+/** What the dispatcher needs from the lifecycle service. */
+export interface DispatchTarget<Row> {
+  claim(): Promise<Row | undefined>;
+  /**
+   * Runs a claimed row. `release` gives the worker slot back; the target calls it as soon as the
+   * sandbox is gone (recording the result needs no slot). The dispatcher calls it too when the
+   * promise settles, so forgetting it cannot leak a slot; it acts once.
+   */
+  execute(row: Row, opts: { release: () => void }): Promise<unknown>;
+}
+
+/** Options of {@link Dispatcher}. */
+export interface DispatcherOptions<Row> {
+  target: DispatchTarget<Row>;
+  slots: Slots;
+  logger: Logger;
+  /** Subscribes to "work queued" wake-ups; returns an unsubscribe function. */
+  subscribe?: (wake: () => void) => Promise<() => Promise<void>>;
+  pollMs?: number;
+}
+
+/** Serves queued jobs with the process's worker slots. */
+export class Dispatcher<Row> {
+  private stopping = false;
+  private loop: Promise<void> | null = null;
+  private wakeUp: (() => void) | null = null;
+  private pendingWake = false;
+  private unsubscribe: (() => Promise<void>) | null = null;
+  private readonly inflight = new Set<Promise<unknown>>();
+  private readonly pollMs: number;
+
+  constructor(private readonly o: DispatcherOptions<Row>) {
+    this.pollMs = o.pollMs ?? 1000;
+  }
+
+  /** Starts serving. */
+  async start(): Promise<void> {
+    this.stopping = false;
+    if (this.o.subscribe) this.unsubscribe = await this.o.subscribe(() => this.wake());
+    this.loop = this.run();
+  }
+
+  /** Nudges the loop (new work may be queued). */
+  wake(): void {
+    this.pendingWake = true;
+    this.wakeUp?.();
+  }
+
+  /** Stops claiming; resolves when in-flight jobs end or `graceMs` passes (then returns false). */
+  async stop(graceMs: number): Promise<boolean> {
+    this.stopping = true;
+    this.wake();
+    await this.unsubscribe?.();
+    await this.loop;
+    if (this.inflight.size === 0) return true;
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<false>((r) => (timer = setTimeout(() => r(false), graceMs)));
+    const done = Promise.allSettled([...this.inflight]).then(() => true as const);
+    const ok = await Promise.race([done, timeout]);
+    clearTimeout(timer);
+    return ok;
+  }
+
+  /** Waits for every in-flight job (after {@link stop} aborted them). */
+  async drained(): Promise<void> {
+    await Promise.allSettled([...this.inflight]);
+  }
+
+  private async run(): Promise<void> {
+    while (!this.stopping) {
+      await this.o.slots.acquire(false);
+      if (this.stopping) {
+        this.o.slots.release();
+        break;
+      }
+      let row: Row | undefined;
+      try {
+        this.pendingWake = false;
+        row = await this.o.target.claim();
+      } catch (err) {
+        this.o.logger.error({ err }, 'claiming queued work failed');
+      }
+      if (row === undefined) {
+        this.o.slots.release();
+        await this.idle();
+        continue;
+      }
+      let released = false;
+      const release = () => {
+        if (released) return;
+        released = true;
+        this.o.slots.release();
+      };
+      const p = this.o.target
+        .execute(row, { release })
+        .catch((err: unknown) => this.o.logger.error({ err }, 'job execution failed'))
+        .finally(() => {
+          release();
+          this.inflight.delete(p);
+        });
+      this.inflight.add(p);
+    }
+  }
+
+  private idle(): Promise<void> {
+    if (this.pendingWake || this.stopping) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(done, this.pollMs);
+      function done() {
+        clearTimeout(timer);
+        resolve();
+      }
+      this.wakeUp = () => {
+        this.wakeUp = null;
+        done();
+      };
+    });
+  }
+}
