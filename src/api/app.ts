@@ -1,0 +1,36 @@
+/**
+ * The HTTP application: middleware, one sub-app per resource, one error handler, JSON 404s.
+ */
+import { Hono } from 'hono';
+import { AppError } from '../errors.ts';
+import type { AppDeps, AppEnv } from './deps.ts';
+import { errorResponse } from './errors.ts';
+import { requestContext } from './middleware/request-context.ts';
+import { dlqRoutes } from './routes/dlq.ts';
+import { executeRoutes } from './routes/execute.ts';
+import { executionRoutes } from './routes/executions.ts';
+import { healthRoutes } from './routes/health.ts';
+import { jobTypeRoutes } from './routes/job-types.ts';
+import { jobRoutes } from './routes/jobs.ts';
+import { metricsRoutes } from './routes/metrics.ts';
+import { openapiRoutes } from './routes/openapi.ts';
+import { poolRoutes } from './routes/pool.ts';
+
+/** Builds the app over its dependencies. */
+export function createApp(deps: AppDeps): Hono<AppEnv> {
+  const app = new Hono<AppEnv>();
+  app.use('*', requestContext(deps.logger));
+  // Bodies are read (and capped at max_body_bytes) by the routes that take one: see api/validate.ts.
+  app.route('/', executeRoutes(deps));
+  app.route('/', jobRoutes(deps));
+  app.route('/', executionRoutes(deps));
+  app.route('/', jobTypeRoutes(deps));
+  app.route('/', healthRoutes(deps));
+  app.route('/', dlqRoutes(deps));
+  app.route('/', poolRoutes(deps));
+  app.route('/', metricsRoutes(deps));
+  app.route('/', openapiRoutes(deps));
+  app.notFound((c) => errorResponse(new AppError('not_found', `no route for ${c.req.method} ${c.req.path}`), c));
+  app.onError((err, c) => errorResponse(err, c));
+  return app;
+}

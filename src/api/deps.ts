@@ -1,0 +1,36 @@
+/** What the HTTP layer is given by `main.ts` (or a test): everything it talks to. */
+import type { Config } from '../config.ts';
+import type { Executions } from '../executions/service.ts';
+import type { CompletionWaiter } from '../executions/waiter.ts';
+import type { JobTypeRegistry } from '../jobtypes/job-type.ts';
+import type { Logger } from '../logger.ts';
+import type { Metrics } from '../metrics.ts';
+import type { Slots } from '../queue/slots.ts';
+import type { CircuitBreaker } from '../resilience/breaker.ts';
+import type { Runtime } from '../runtime/runtime.ts';
+import type { Db } from '../store/database.ts';
+
+/** Dependencies of the API. */
+export interface AppDeps {
+  config: Config;
+  db: Db;
+  executions: Executions;
+  waiter: CompletionWaiter;
+  registry: JobTypeRegistry;
+  runtime: Runtime;
+  breaker: CircuitBreaker;
+  slots: Slots;
+  logger: Logger;
+  metrics: Metrics;
+  version: string;
+  /** True once SIGTERM arrived: new work is refused with 503. */
+  isShuttingDown?: () => boolean;
+}
+
+/** Hono environment: per-request variables set by middleware. */
+export interface AppEnv {
+  Variables: {
+    correlationId: string;
+    logger: Logger;
+  };
+}

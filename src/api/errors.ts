@@ -1,0 +1,44 @@
+/**
+ * One error body for every failure (CONVENTIONS.md): `{ detail, code, correlation_id, ...extra }`.
+ * Known errors are {@link AppError}s; anything else is logged whole and becomes a 500.
+ */
+import type { Context } from 'hono';
+import { HTTPException } from 'hono/http-exception';
+import * as v from 'valibot';
+import { AppError } from '../errors.ts';
+import type { AppEnv } from './deps.ts';
+
+/** Builds the error response for `err`. */
+export function errorResponse(err: unknown, c: Context<AppEnv>): Response {
+  const correlationId = c.get('correlationId') ?? 'unknown';
+  let status = 500;
+  let body: Record<string, unknown>;
+  if (err instanceof AppError) {
+    status = err.status;
+    body = { detail: err.message, code: err.code, ...err.extra };
+  } else if (err instanceof v.ValiError) {
+    status = 400;
+    body = { detail: formatValiIssues(err.issues), code: 'validation_error' };
+  } else if (err instanceof HTTPException) {
+    status = err.status;
+    body = { detail: err.message || 'request rejected', code: status === 413 ? 'payload_too_large' : 'bad_request' };
+  } else {
+    c.get('logger')?.error({ err }, 'unhandled error');
+    body = { detail: `internal error; quote correlation id ${correlationId} when reporting it`, code: 'internal_error' };
+  }
+  const res = c.json({ ...body, correlation_id: correlationId }, status as 400);
+  res.headers.set('X-Correlation-ID', correlationId);
+  res.headers.set('X-Content-Type-Options', 'nosniff');
+  res.headers.set('X-Frame-Options', 'DENY');
+  return res;
+}
+
+/** `field: problem; other.field: problem` */
+export function formatValiIssues(issues: readonly v.BaseIssue<unknown>[]): string {
+  return issues
+    .map((i) => {
+      const key = v.getDotPath(i);
+      return key ? `${key}: ${i.message}` : i.message;
+    })
+    .join('; ');
+}
