@@ -1,0 +1,205 @@
+/**
+ * End-to-end checks of the Kubernetes runtime against a real cluster. Skipped (visibly) unless
+ * `SANDPOD_E2E_KUBECONFIG` names a kubeconfig; `SANDPOD_E2E_IMAGE` names the executor image
+ * (python3, sh, tar, /usr/bin/env; e.g. the image built from the repo's executor Dockerfile), and
+ * `SANDPOD_E2E_GVISOR=1` runs under the gVisor RuntimeClass in strict mode.
+ *
+ * It applies crds/ and test/e2e/manifests/ (namespaces, RuntimeClass, JobTypes), then drives
+ * `createKubernetesRuntime` and the JobType registry through the same behaviours as the adapter
+ * tests against the fake: success with outputs, a clean environment, runner and startup timeouts,
+ * OOM, image errors, cancellation and adoption by a new runtime instance.
+ */
+import { randomUUID } from 'node:crypto';
+import { readdirSync, readFileSync } from 'node:fs';
+import { KubeConfig, KubernetesObjectApi, type KubernetesObject } from '@kubernetes/client-node';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import YAML from 'yaml';
+import { parseConfig, type Config } from '../../src/config.ts';
+import { KubernetesJobTypeRegistry } from '../../src/jobtypes/kubernetes-registry.ts';
+import { createKubernetesRuntime } from '../../src/runtime/kubernetes/index.ts';
+import { jobNameFor } from '../../src/runtime/kubernetes/names.ts';
+import type { Runtime, RunSpec } from '../../src/runtime/runtime.ts';
+
+const KUBECONFIG = process.env.SANDPOD_E2E_KUBECONFIG;
+const IMAGE = process.env.SANDPOD_E2E_IMAGE ?? 'ghcr.io/sandpod/executor:0.1.0';
+const GVISOR = process.env.SANDPOD_E2E_GVISOR === '1';
+const NS = 'sandpod-e2e';
+const RUNS_NS = 'sandpod-e2e-jobs';
+
+function manifests(): KubernetesObject[] {
+  const files = [
+    ...readdirSync(new URL('../../crds/', import.meta.url)).filter((f) => f.endsWith('.yaml')).map((f) => new URL(`../../crds/${f}`, import.meta.url)),
+    ...['namespaces.yaml', 'runtimeclass.yaml', 'jobtypes.yaml'].map((f) => new URL(`./manifests/${f}`, import.meta.url)),
+  ];
+  return files.flatMap((u) => YAML.parseAllDocuments(readFileSync(u, 'utf8')).map((d) => d.toJS() as KubernetesObject)).filter(Boolean);
+}
+
+async function apply(kc: KubeConfig, objs: KubernetesObject[]): Promise<void> {
+  const client = KubernetesObjectApi.makeApiClient(kc);
+  for (const obj of objs) {
+    // The JobType kind is served only once its CRD is established.
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const existing = await client.read(obj as never).catch(() => null);
+        if (existing) await client.replace({ ...obj, metadata: { ...obj.metadata, resourceVersion: existing.metadata?.resourceVersion } } as never);
+        else await client.create(obj);
+        break;
+      } catch (err) {
+        if (attempt >= 20) throw err;
+        await new Promise((r) => setTimeout(r, 1000));
+      }
+    }
+  }
+}
+
+describe.skipIf(!KUBECONFIG)('kubernetes e2e (needs SANDPOD_E2E_KUBECONFIG and SANDPOD_E2E_IMAGE; skipped without them)', () => {
+  let kc: KubeConfig;
+  let config: Config;
+  let registry: KubernetesJobTypeRegistry;
+  let rt: Runtime;
+  const instance = `e2e-${randomUUID().slice(0, 8)}`;
+
+  const newRuntime = async (): Promise<Runtime> => {
+    const r = createKubernetesRuntime(config, { kubeConfig: kc });
+    await r.start();
+    return r;
+  };
+  const spec = (code: string, over: Partial<RunSpec> & { jobTypeName?: string } = {}): RunSpec => {
+    const jobType = registry.get(over.jobTypeName ?? 'default');
+    if (!jobType) throw new Error(`job type ${over.jobTypeName} not found`);
+    const { jobTypeName: _ignored, ...rest } = over;
+    return {
+      executionId: randomUUID(),
+      code,
+      inputJson: '{"n": 3}',
+      jobType,
+      timeoutSec: 30,
+      startupTimeoutSec: 120,
+      requirements: [],
+      maxStdoutBytes: 32768,
+      maxArtifactBytes: 5 * 1024 * 1024,
+      ...rest,
+    };
+  };
+
+  beforeAll(async () => {
+    kc = new KubeConfig();
+    kc.loadFromFile(KUBECONFIG!);
+    await apply(kc, manifests());
+    config = parseConfig(
+      {
+        runtime: 'kubernetes',
+        security_mode: GVISOR ? 'strict' : 'permissive',
+        kubernetes: { namespace: NS, runs_namespace: RUNS_NS, instance, runtime_class: GVISOR ? 'gvisor-e2e' : 'no-such-runtime-class', executor_image: IMAGE, ttl_seconds_after_finished: 120 },
+      },
+      {},
+    );
+    registry = new KubernetesJobTypeRegistry(config, { kubeConfig: kc });
+    await registry.start();
+    rt = await newRuntime();
+  }, 300_000);
+
+  afterAll(async () => {
+    await rt?.stop();
+    await registry?.stop();
+  });
+
+  it('reports health from the cluster', async () => {
+    const h = await rt.health();
+    expect(h).toMatchObject({ available: true, engine: 'kubernetes', gvisorAvailable: GVISOR });
+  });
+
+  it('sees JobTypes applied from the manifests', () => {
+    expect(registry.get('tiny-memory')?.memoryLimit).toBe('64m');
+  });
+
+  it('runs code: streams, result.json, artifacts, input, execution phase', async () => {
+    const phases: string[] = [];
+    const raw = await rt.run(
+      spec(
+        [
+          'import json, sys',
+          'data = json.load(open("/input/data.json"))',
+          'print("hello", data["n"])',
+          'print("to stderr", file=sys.stderr)',
+          'json.dump({"square": data["n"] ** 2}, open("/output/result.json", "w"))',
+          'open("/output/notes.txt", "w").write("artifact")',
+        ].join('\n'),
+      ),
+      { onPhase: (p) => phases.push(p) },
+    );
+    expect(raw.observation).toMatchObject({ exitCode: 0, timedOut: null, oomKilled: false, infraError: null, phase: 'completed' });
+    expect(raw.stdout).toBe('hello 3\n');
+    expect(raw.stderr).toContain('to stderr');
+    expect(JSON.parse(raw.resultJson!)).toEqual({ square: 9 });
+    expect(raw.artifacts.find((a) => a.name === 'notes.txt')?.data?.toString()).toBe('artifact');
+    expect(raw.report).toMatchObject({ exit_code: 0 });
+    expect(phases).toEqual(['execution']);
+  }, 300_000);
+
+  it('gives user code a clean environment (nothing from Kubernetes, PID 1 included)', async () => {
+    const raw = await rt.run(
+      spec(
+        [
+          'import os',
+          'env = dict(os.environ)',
+          'pid1 = open("/proc/1/environ", "rb").read().decode(errors="replace")',
+          'print(sorted(k for k in env if "KUBERNETES" in k or "SERVICE" in k))',
+          'print("KUBERNETES" in pid1)',
+          'print(os.getuid())',
+        ].join('\n'),
+      ),
+    );
+    expect(raw.stdout.split('\n')).toEqual(['[]', 'False', '1000', '']);
+  }, 300_000);
+
+  it('execution timeout: the runner kills the code and says so', async () => {
+    const raw = await rt.run(spec('while True:\n    pass\n', { timeoutSec: 3 }));
+    expect(raw.observation.exitCode).toBe(124);
+    expect(raw.report?.timed_out).toBe(true);
+  }, 300_000);
+
+  it('OOM: the memory limit is enforced and reported', async () => {
+    const raw = await rt.run(spec('x = []\nwhile True:\n    x.append(bytearray(8 * 1024 * 1024))\n', { jobTypeName: 'tiny-memory' }));
+    expect(raw.observation.oomKilled || raw.observation.exitCode === 137).toBe(true);
+  }, 300_000);
+
+  it('startup timeout when the pod cannot be scheduled; the Job is deleted', async () => {
+    const s = spec('print(1)', { jobTypeName: 'unschedulable', startupTimeoutSec: 10 });
+    const raw = await rt.run(s);
+    expect(raw.observation).toMatchObject({ timedOut: 'startup', phase: 'startup' });
+    const batch = kc.makeApiClient((await import('@kubernetes/client-node')).BatchV1Api);
+    await expect(batch.readNamespacedJob({ namespace: RUNS_NS, name: jobNameFor(s.executionId) })).rejects.toMatchObject({ code: 404 });
+  }, 300_000);
+
+  it('image pull errors are docker_error long before the startup timeout', async () => {
+    const t0 = Date.now();
+    const raw = await rt.run(spec('print(1)', { jobTypeName: 'missing-image', startupTimeoutSec: 300 }));
+    expect(raw.observation.infraError?.type).toBe('docker_error');
+    expect(Date.now() - t0).toBeLessThan(120_000);
+  }, 300_000);
+
+  it('cancellation deletes the Job and reports cancelled', async () => {
+    const ac = new AbortController();
+    const raw = await rt.run(spec('import time\ntime.sleep(120)\n'), { signal: ac.signal, onPhase: (p) => p === 'execution' && setTimeout(() => ac.abort(), 2000) });
+    expect(raw.observation.cancelled).toBe(true);
+  }, 300_000);
+
+  it('a new runtime instance adopts a run started by one that stopped', async () => {
+    const first = await newRuntime();
+    const s = spec('import time\ntime.sleep(8)\nprint("adopted")\n');
+    let started!: () => void;
+    const inExecution = new Promise<void>((r) => (started = r));
+    const lost = first.run(s, { onPhase: (p) => p === 'execution' && started() }).catch((e: unknown) => e);
+    await inExecution;
+    await first.stop();
+    await lost;
+    const second = await newRuntime();
+    try {
+      const raw = await second.run(s, { adopt: true });
+      expect(raw.stdout).toBe('adopted\n');
+    } finally {
+      await second.stop();
+    }
+  }, 300_000);
+});

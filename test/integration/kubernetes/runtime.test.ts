@@ -1,0 +1,373 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { RunGoneError, type Runtime } from '../../../src/runtime/runtime.ts';
+import { outputTar } from '../../support/fake-kube/tar.ts';
+import { FakeKube, jobNameFor, podOf, spec, startRuntime, testConfig } from './helpers.ts';
+
+let fake: FakeKube;
+let rt: Runtime;
+
+beforeAll(async () => {
+  fake = await FakeKube.start();
+  fake.addRuntimeClass('gvisor');
+  rt = await startRuntime(fake);
+});
+afterAll(async () => {
+  await rt?.stop();
+  await fake?.close();
+});
+
+describe('kubernetes runtime against the fake API server', () => {
+  it('runs to success: Job + Secret created, phases reported, outputs collected, collector released', async () => {
+    const s = spec();
+    const phases: string[] = [];
+    const before = fake.requests.length;
+    const running = rt.run(s, { onPhase: (p) => phases.push(p) });
+    const pod = await podOf(fake, s);
+    fake.schedule(pod);
+    fake.mainRunning(pod);
+    await fake.waitFor(() => phases.includes('execution'), 2000, 'execution phase');
+    fake.setOutput(
+      pod,
+      await outputTar({
+        phase: 'completed',
+        stdout: 'hi\n',
+        stderr: '',
+        report: { phase: 'completed', exit_code: 0, execution_ms: 12 },
+        result: '{"answer": 42}',
+        files: { 'plot.png': Buffer.from([0x89, 0x50]), 'sub/data.csv': 'a,b\n1,2\n' },
+      }),
+    );
+    fake.mainTerminated(pod, 0);
+    const raw = await running;
+    expect(raw.observation).toMatchObject({ exitCode: 0, timedOut: null, oomKilled: false, cancelled: false, infraError: null, phase: 'completed' });
+    expect(raw.stdout).toBe('hi\n');
+    expect(raw.report).toMatchObject({ exit_code: 0, execution_ms: 12 });
+    expect(raw.resultJson).toBe('{"answer": 42}');
+    expect(raw.artifacts.map((a) => a.name).sort()).toEqual(['plot.png', 'sub']);
+    expect(raw.artifacts.find((a) => a.name === 'sub')).toMatchObject({ skipped: 'not_regular' });
+    expect(raw.artifacts.find((a) => a.name === 'plot.png')).toMatchObject({ contentType: 'image/png', size: 2 });
+    // The Secret is owned by the Job, so the Job's deletion (or TTL) removes it.
+    const job = fake.get('jobs', 'sandpod-jobs', jobNameFor(s.executionId))!;
+    const secret = fake.get('secrets', 'sandpod-jobs', jobNameFor(s.executionId))!;
+    expect(secret.metadata.ownerReferences?.[0]).toMatchObject({ kind: 'Job', uid: job.metadata.uid });
+    expect(job.spec.template.spec.runtimeClassName).toBe('gvisor');
+    // Collector released: the pod completes and the Job with it.
+    await fake.waitFor(() => fake.get('jobs', 'sandpod-jobs', jobNameFor(s.executionId))?.status?.conditions?.[0]?.type === 'Complete', 2000, 'job complete');
+    const calls = fake.apiCalls(before).map((r) => `${r.method} ${r.path}`);
+    expect(calls.length).toBeLessThanOrEqual(8);
+  });
+});
+
+describe('kubernetes runtime: failures and timeouts', () => {
+  it('startup timeout when the pod stays unschedulable; the Job is deleted', async () => {
+    const s = spec({ startupTimeoutSec: 0.3 });
+    const running = rt.run(s);
+    const pod = await podOf(fake, s);
+    fake.unschedulable(pod);
+    const raw = await running;
+    expect(raw.observation).toMatchObject({ timedOut: 'startup', phase: 'startup', exitCode: null });
+    await fake.waitFor(() => !fake.get('jobs', 'sandpod-jobs', jobNameFor(s.executionId)), 2000, 'job deleted');
+    await fake.waitFor(() => !fake.get('secrets', 'sandpod-jobs', jobNameFor(s.executionId)), 2000, 'secret collected');
+  });
+
+  it('startup timeout while dependencies install slowly', async () => {
+    const s = spec({ startupTimeoutSec: 0.3, requirements: ['numpy'] });
+    const running = rt.run(s);
+    const pod = await podOf(fake, s);
+    fake.schedule(pod);
+    fake.depsRunning(pod);
+    const raw = await running;
+    expect(raw.observation).toMatchObject({ timedOut: 'startup', phase: 'startup' });
+  });
+
+  it('execution timeout from the runner: collected as usual, the report says timed_out', async () => {
+    const s = spec({ timeoutSec: 1 });
+    const running = rt.run(s);
+    const pod = await podOf(fake, s);
+    fake.mainRunning(pod);
+    fake.setOutput(pod, await outputTar({ phase: 'execution', stdout: 'partial', report: { timed_out: true, exit_code: null } }));
+    fake.mainTerminated(pod, 124);
+    const raw = await running;
+    expect(raw.observation).toMatchObject({ exitCode: 124, timedOut: null, phase: 'failed' });
+    expect(raw.report?.timed_out).toBe(true);
+    expect(raw.stdout).toBe('partial');
+  });
+
+  it('execution timeout from the Job deadline backstop (pods deleted first, then DeadlineExceeded)', async () => {
+    const s = spec();
+    let phase = 'startup';
+    const running = rt.run(s, { onPhase: (p) => (phase = p) });
+    const pod = await podOf(fake, s);
+    fake.mainRunning(pod);
+    await fake.waitFor(() => phase === 'execution', 2000, 'execution phase');
+    await fake.expireJobDeadline(jobNameFor(s.executionId));
+    const raw = await running;
+    expect(raw.observation).toMatchObject({ timedOut: 'execution', infraError: null });
+  });
+
+  it('OOMKilled main → oomKilled, outputs still collected', async () => {
+    const s = spec();
+    const running = rt.run(s);
+    const pod = await podOf(fake, s);
+    fake.mainRunning(pod);
+    fake.setOutput(pod, await outputTar({ stderr: 'allocating...' }));
+    fake.mainTerminated(pod, 137, 'OOMKilled');
+    const raw = await running;
+    expect(raw.observation).toMatchObject({ oomKilled: true, exitCode: 137 });
+    expect(raw.stderr).toBe('allocating...');
+  });
+
+  it('image pull errors fail at once with docker_error, long before the startup timeout', async () => {
+    const s = spec({ startupTimeoutSec: 600 });
+    const t0 = Date.now();
+    const running = rt.run(s);
+    const pod = await podOf(fake, s);
+    fake.waiting(pod, 'main', 'ErrImagePull', 'manifest unknown');
+    const raw = await running;
+    expect(Date.now() - t0).toBeLessThan(3000);
+    expect(raw.observation.infraError).toMatchObject({ type: 'docker_error' });
+    expect(raw.observation.infraError?.message).toContain('ErrImagePull');
+  });
+
+  it('deps failure → dependencyError with the log tail', async () => {
+    const s = spec({ requirements: ['nonexistent-pkg==9'] });
+    const running = rt.run(s);
+    const pod = await podOf(fake, s);
+    fake.depsRunning(pod);
+    fake.setLog(pod, 'deps', 'ERROR: No matching distribution found for nonexistent-pkg==9\n');
+    fake.depsTerminated(pod, 1);
+    const raw = await running;
+    expect(raw.observation.dependencyError).toContain('No matching distribution');
+    expect(raw.observation.phase).toBe('startup');
+  });
+
+  it('pod deleted under a running run → internal_error', async () => {
+    const s = spec();
+    const running = rt.run(s);
+    const pod = await podOf(fake, s);
+    fake.mainRunning(pod);
+    fake.deletePod(pod);
+    const raw = await running;
+    expect(raw.observation.infraError).toMatchObject({ type: 'internal_error' });
+  });
+
+  it('pod evicted → internal_error naming the eviction', async () => {
+    const s = spec();
+    const running = rt.run(s);
+    const pod = await podOf(fake, s);
+    fake.mainRunning(pod);
+    fake.evict(pod);
+    const raw = await running;
+    expect(raw.observation.infraError?.message).toContain('evicted');
+  });
+
+  it('cancellation deletes the Job with background propagation and reports cancelled', async () => {
+    const s = spec();
+    const ac = new AbortController();
+    const running = rt.run(s, { signal: ac.signal });
+    const pod = await podOf(fake, s);
+    fake.mainRunning(pod);
+    const before = fake.requests.length;
+    ac.abort();
+    const raw = await running;
+    expect(raw.observation.cancelled).toBe(true);
+    const del = fake.requests.slice(before).find((r) => r.method === 'DELETE');
+    expect(del?.path).toContain(`/jobs/${jobNameFor(s.executionId)}`);
+    await fake.waitFor(() => !fake.get('pods', 'sandpod-jobs', pod), 2000, 'pod removed by background propagation');
+  });
+
+  it('409 on create is success: a second attempt for the same execution attaches to the same Job', async () => {
+    const s = spec();
+    const first = startRuntime(fake);
+    const other = await first;
+    try {
+      const a = rt.run(s);
+      const pod = await podOf(fake, s);
+      // The same execution started by another replica: its create gets 409 and it follows the same Job.
+      const b = other.run(s);
+      fake.mainRunning(pod);
+      fake.setOutput(pod, await outputTar({ stdout: 'once' }));
+      fake.mainTerminated(pod, 0);
+      const [ra, rb] = await Promise.all([a, b]);
+      expect(fake.list('jobs').filter((j) => j.metadata.name === jobNameFor(s.executionId))).toHaveLength(1);
+      expect(ra.observation.exitCode).toBe(0);
+      expect(rb.observation.exitCode).toBe(0);
+    } finally {
+      await other.stop();
+    }
+  });
+});
+
+describe('kubernetes runtime: restarts and watch trouble', () => {
+  it('a new runtime instance adopts a running Job after a restart', async () => {
+    const s = spec();
+    const first = await startRuntime(fake);
+    const lost = first.run(s).catch((e: unknown) => e);
+    const pod = await podOf(fake, s);
+    fake.mainRunning(pod);
+    await first.stop();
+    expect(await lost).toBeInstanceOf(Error);
+
+    const second = await startRuntime(fake, {
+      options: { hooks: { liveExecutionIds: async (ids) => new Set(ids) } },
+    });
+    try {
+      const adopted = second.run(s, { adopt: true });
+      fake.setOutput(pod, await outputTar({ stdout: 'survived' }));
+      fake.mainTerminated(pod, 0);
+      const raw = await adopted;
+      expect(raw.stdout).toBe('survived');
+      expect(raw.observation.exitCode).toBe(0);
+    } finally {
+      await second.stop();
+    }
+  });
+
+  it('adopt rejects with RunGoneError when there is no Job', async () => {
+    await expect(rt.run(spec(), { adopt: true })).rejects.toBeInstanceOf(RunGoneError);
+  });
+
+  it('survives the server closing its watches', async () => {
+    const s = spec();
+    const running = rt.run(s);
+    const pod = await podOf(fake, s);
+    fake.closeWatches();
+    fake.mainRunning(pod);
+    fake.setOutput(pod, await outputTar({ stdout: 'after reconnect' }));
+    fake.mainTerminated(pod, 0);
+    expect((await running).stdout).toBe('after reconnect');
+  });
+
+  it('re-lists after 410 Gone and still sees changes made while disconnected', async () => {
+    const s = spec();
+    const running = rt.run(s);
+    const pod = await podOf(fake, s);
+    fake.mainRunning(pod);
+    fake.setOutput(pod, await outputTar({ stdout: 'after 410' }));
+    // Changes while the watch is down, then the history is compacted away: the resume gets 410.
+    fake.closeWatches();
+    fake.mainTerminated(pod, 0);
+    fake.compact();
+    expect((await running).stdout).toBe('after 410');
+  });
+});
+
+describe('kubernetes runtime: start, health, config', () => {
+  it('start() deletes Jobs whose execution is no longer live', async () => {
+    const s = spec();
+    const ac = new AbortController();
+    const first = await startRuntime(fake);
+    const r = first.run(s, { signal: ac.signal }).catch(() => undefined);
+    await podOf(fake, s);
+    await first.stop();
+    await r;
+    const second = await startRuntime(fake, { options: { hooks: { liveExecutionIds: async () => new Set() } } });
+    try {
+      await fake.waitFor(() => !fake.get('jobs', 'sandpod-jobs', jobNameFor(s.executionId)), 2000, 'orphan job deleted');
+    } finally {
+      await second.stop();
+    }
+  });
+
+  it('health: available and gvisor from the API; degraded when the API is down', async () => {
+    expect(await rt.health()).toMatchObject({ available: true, gvisorAvailable: true, engine: 'kubernetes', limits: 'kubernetes' });
+    fake.setDown(true);
+    try {
+      expect((await rt.health()).available).toBe(false);
+    } finally {
+      fake.setDown(false);
+    }
+  });
+
+  it('an API outage mid-run degrades health and loses nothing: the run finishes once the API is back', async () => {
+    const s = spec();
+    const running = rt.run(s);
+    const pod = await podOf(fake, s);
+    // Mid-run: the run's objects exist (the Secret is created right after the Job and its pod).
+    await fake.waitFor(() => fake.get('secrets', 'sandpod-jobs', jobNameFor(s.executionId)) !== undefined, 5000, 'the run Secret');
+    fake.mainRunning(pod);
+    fake.setOutput(pod, await outputTar({ stdout: 'outlived the outage' }));
+    fake.setDown(true);
+    fake.closeWatches();
+    expect((await rt.health()).available).toBe(false);
+    fake.mainTerminated(pod, 0);
+    await new Promise((r) => setTimeout(r, 300));
+    fake.setDown(false);
+    const raw = await running;
+    expect(raw.stdout).toBe('outlived the outage');
+    expect((await rt.health()).available).toBe(true);
+  });
+
+  it('strict mode without the RuntimeClass refuses to run (config_error), permissive runs without it', async () => {
+    const f2 = await FakeKube.start();
+    try {
+      const strict = await startRuntime(f2, { config: testConfig({ security_mode: 'strict' }) });
+      const raw = await strict.run(spec());
+      expect(raw.observation.infraError).toMatchObject({ type: 'config_error' });
+      expect(f2.list('jobs')).toHaveLength(0);
+      await strict.stop();
+      const permissive = await startRuntime(f2);
+      const s = spec();
+      const running = permissive.run(s);
+      const pod = await f2.waitForPod(jobNameFor(s.executionId));
+      expect(f2.get('jobs', 'sandpod-jobs', jobNameFor(s.executionId))!.spec.template.spec.runtimeClassName).toBeUndefined();
+      f2.mainRunning(pod);
+      f2.mainTerminated(pod, 0);
+      expect((await running).observation.exitCode).toBe(0);
+      expect((await permissive.health()).gvisorAvailable).toBe(false);
+      await permissive.stop();
+    } finally {
+      await f2.close();
+    }
+  });
+
+  it('speaks v4.channel.k8s.io when the server has no v5', async () => {
+    const f4 = await FakeKube.start({ execProtocols: ['v4.channel.k8s.io'], goneAsHttp: true });
+    try {
+      const r4 = await startRuntime(f4);
+      const s = spec();
+      const running = r4.run(s);
+      const pod = await f4.waitForPod(jobNameFor(s.executionId));
+      f4.mainRunning(pod);
+      f4.setOutput(pod, await outputTar({ stdout: 'v4', files: { 'big.bin': Buffer.alloc(200_000, 7) } }));
+      f4.mainTerminated(pod, 0);
+      const raw = await running;
+      expect(raw.stdout).toBe('v4');
+      expect(raw.artifacts[0]).toMatchObject({ name: 'big.bin', size: 200_000 });
+      expect(f4.execs.every((e) => e.protocol === 'v4.channel.k8s.io')).toBe(true);
+      await r4.stop();
+    } finally {
+      await f4.close();
+    }
+  });
+
+  it('a run with a nearly-failing API goes through the guard and still succeeds', async () => {
+    const calls: string[] = [];
+    const retrying = await startRuntime(fake, {
+      options: {
+        guard: async (op, fn) => {
+          calls.push(op);
+          try {
+            return await fn();
+          } catch {
+            calls.push(`retry ${op}`);
+            return fn();
+          }
+        },
+      },
+    });
+    try {
+      fake.failNext(/\/jobs$/, 500, 1, 'POST');
+      const s = spec();
+      const running = retrying.run(s);
+      const pod = await podOf(fake, s);
+      fake.mainRunning(pod);
+      fake.mainTerminated(pod, 3);
+      expect((await running).observation.exitCode).toBe(3);
+      expect(calls).toContain('retry create job');
+      expect(calls).toContain('exec collect');
+    } finally {
+      await retrying.stop();
+    }
+  });
+});

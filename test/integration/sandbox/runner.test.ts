@@ -1,0 +1,122 @@
+/**
+ * runner.py on its own (the same file every runtime runs), driven directly with the system Python:
+ * exit-code conventions, CPython-identical tracebacks, SystemExit, the timeout, the clean environment.
+ */
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { RUNNER_SOURCE } from '../../../src/runtime/local/local-runtime.ts';
+
+const PY = '/usr/bin/python3';
+const CLEAN = { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: '/tmp', TMPDIR: '/tmp', LANG: 'C.UTF-8' };
+
+function runRunner(code: string, args: string[] = [], env: Record<string, string> = CLEAN) {
+  mkdirSync('/tmp/sandpod-test', { recursive: true });
+  const dir = mkdtempSync(path.join('/tmp/sandpod-test', 'runner-'));
+  mkdirSync(path.join(dir, 'out'));
+  const main = path.join(dir, 'main.py');
+  writeFileSync(main, code);
+  const r = spawnSync(PY, [RUNNER_SOURCE, '--code', main, '--output', path.join(dir, 'out'), '--cwd', dir, ...args], { env, encoding: 'utf8', timeout: 20_000 });
+  const read = (n: string) => {
+    try {
+      return readFileSync(path.join(dir, 'out', n), 'utf8');
+    } catch {
+      return null;
+    }
+  };
+  const report = read('.svc_report.json');
+  return { status: r.status, runnerStdout: r.stdout, runnerStderr: r.stderr, stdout: read('.svc_stdout'), stderr: read('.svc_stderr'), phase: read('.svc_phase'), report: report ? JSON.parse(report) : null, main, dir };
+}
+
+function cpython(main: string, dir: string) {
+  return spawnSync(PY, [main], { env: CLEAN, encoding: 'utf8', cwd: dir });
+}
+
+describe('runner.py', () => {
+  it('exits with the program exit code and writes phase, streams and report', () => {
+    const r = runRunner('import sys\nprint("out")\nprint("err", file=sys.stderr)\nsys.exit(7)\n', ['--phase-fd', '1']);
+    expect(r.status).toBe(7);
+    expect(r.runnerStdout).toBe('execution\n');
+    expect(r.stdout).toBe('out\n');
+    expect(r.stderr).toBe('err\n');
+    expect(r.phase).toBe('failed');
+    expect(r.report).toMatchObject({ exit_code: 7, signal: null, timed_out: false, exception: null });
+    expect(r.report.execution_ms).toBeGreaterThanOrEqual(0);
+    expect(r.report.max_rss_kb).toBeGreaterThan(1000);
+  });
+
+  it('--exec runs the program in its own process: its streams after the marker, its exit status, a report only for an exception', () => {
+    const ok = runRunner('import os, sys\nprint("out")\nprint("err", file=sys.stderr)\nprint(os.getppid() == PARENT)\nsys.exit(7)\n'.replace('PARENT', String(process.pid)), ['--phase-fd', '1', '--exec']);
+    expect(ok.status).toBe(7);
+    // The program's parent is whoever started the runner: there is no forked child.
+    expect(ok.runnerStdout).toBe('execution\nout\nTrue\n');
+    expect(ok.runnerStderr).toBe('err\n');
+    expect([ok.stdout, ok.stderr, ok.report, ok.phase]).toEqual([null, null, null, 'execution']);
+    const code = 'import json\n\ndef f(d):\n    return d["missing"]\n\nf({})\n';
+    const r = runRunner(code, ['--exec']);
+    const c = cpython(r.main, r.dir);
+    expect(r.status).toBe(1);
+    expect(r.runnerStderr).toBe(c.stderr);
+    expect(r.report).toMatchObject({ phase: 'failed', exit_code: 1, exception: 'KeyError', exception_mro: ['KeyError', 'LookupError', 'Exception', 'BaseException', 'object'] });
+    expect(runRunner('import os\nos.kill(os.getpid(), 9)\n', ['--exec']).status).toBe(null);
+  });
+
+  it('prints tracebacks exactly as CPython does and names the exception', () => {
+    const code = 'import json\n\ndef f(d):\n    return d["missing"]\n\nf({})\n';
+    const r = runRunner(code);
+    const c = cpython(r.main, r.dir);
+    expect(r.status).toBe(1);
+    expect(c.status).toBe(1);
+    expect(r.stderr).toBe(c.stderr);
+    expect(r.report).toMatchObject({ exception: 'KeyError', exit_code: 1 });
+    const syn = runRunner('def f(:\n  pass\n');
+    expect(syn.stderr).toBe(cpython(syn.main, syn.dir).stderr);
+    expect(syn.report.exception).toBe('SyntaxError');
+  });
+
+  it('follows SystemExit semantics (message to stderr, None is 0)', () => {
+    const m = runRunner('raise SystemExit("bye")\n');
+    expect(m.status).toBe(1);
+    expect(m.stderr).toBe('bye\n');
+    expect(runRunner('import sys\nsys.exit(None)\n').status).toBe(0);
+    expect(runRunner('import sys\nsys.exit(300)\n').status).toBe(300 & 0xff);
+  });
+
+  it('sets argv, path[0] and __main__ like `python PATH`', () => {
+    const code = 'import sys, os\nprint(sys.argv == [__file__], sys.path[0] == os.path.dirname(__file__), __name__, __spec__)\n';
+    const r = runRunner(code);
+    expect(r.stdout).toBe('True True __main__ None\n');
+  });
+
+  it('reports a signal death as 128+N', () => {
+    const r = runRunner('import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n');
+    expect(r.status).toBe(139);
+    expect(r.report).toMatchObject({ signal: 11, exit_code: null });
+  });
+
+  it('kills the whole process group on timeout and exits 124', () => {
+    const t0 = Date.now();
+    const r = runRunner('import subprocess, time\nsubprocess.Popen(["sleep", "60"])\nprint("started", flush=True)\nwhile True: time.sleep(1)\n', ['--timeout', '1']);
+    expect(r.status).toBe(124);
+    expect(Date.now() - t0).toBeLessThan(5000);
+    expect(r.phase).toBe('execution');
+    expect(r.report).toMatchObject({ timed_out: true, signal: 9 });
+    expect(r.stdout).toBe('started\n');
+  });
+
+  it('re-executes with a clean environment when it inherited more', () => {
+    const r = runRunner("import os\nprint(sorted(os.environ))\nprint('KUBERNETES' in open(f'/proc/{os.getppid()}/environ').read())\n", ['--env', 'A=1'], { ...CLEAN, KUBERNETES_SERVICE_HOST: '10.0.0.1' });
+    expect(r.stdout).toBe("['A', 'HOME', 'LANG', 'PATH', 'TMPDIR']\nFalse\n");
+  });
+
+  it('applies rlimits to the program', () => {
+    const r = runRunner("with open('big', 'wb', buffering=0) as f:\n    for _ in range(10):\n        f.write(b'x' * 500)\n", ['--rlimit', 'fsize=1000']);
+    expect(r.status).toBe(1);
+    expect(r.stderr).toContain('File too large');
+  });
+
+  it('fails with 125 on a bad argument', () => {
+    expect(runRunner('print(1)', ['--bogus']).status).toBe(125);
+  });
+});

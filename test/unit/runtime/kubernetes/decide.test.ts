@@ -1,0 +1,357 @@
+import { describe, expect, it } from 'vitest';
+import type { V1Job, V1Pod } from '@kubernetes/client-node';
+import { decide, newRunState, type Action, type RunState } from '../../../../src/runtime/kubernetes/decide.ts';
+import type { CollectedOutput } from '../../../../src/runtime/kubernetes/output-tar.ts';
+import { makeJob, makePod } from '../../../support/kube-builders.ts';
+
+const T0 = Date.parse('2026-01-01T00:00:00Z');
+const S = 1000;
+
+function run(over: Partial<RunState> = {}): RunState {
+  return newRunState({ executionId: 'e1', jobName: 'sp-run', startedAt: T0, startupTimeoutMs: 60 * S, podGoneGraceMs: 3 * S, jobSeen: true, podSeen: true, ...over });
+}
+
+const output: CollectedOutput = {
+  stdout: 'x',
+  stderr: '',
+  stdoutTruncated: false,
+  stderrTruncated: false,
+  report: null,
+  resultJson: null,
+  resultJsonTooLarge: false,
+  artifacts: [],
+  rejected: [],
+  truncated: false,
+  entries: 2,
+};
+
+const job = makeJob().obj();
+type Row = { name: string; run: RunState; job: V1Job | undefined; pod: V1Pod | undefined; now: number; expect: (a: Action[]) => void };
+
+const types = (a: Action[]) => a.map((x) => x.type);
+const finishOf = (a: Action[]) => {
+  const f = a.find((x) => x.type === 'finish');
+  if (!f || f.type !== 'finish') throw new Error(`no finish in ${JSON.stringify(types(a))}`);
+  return f.observation;
+};
+
+const rows: Row[] = [
+  {
+    name: 'finished run: nothing to do',
+    run: run({ finished: true }),
+    job,
+    pod: makePod().obj(),
+    now: T0,
+    expect: (a) => expect(a).toEqual([]),
+  },
+  {
+    name: 'no pod yet, before the startup deadline: wake at the deadline',
+    run: run({ podSeen: false }),
+    job,
+    pod: undefined,
+    now: T0 + S,
+    expect: (a) => expect(a).toEqual([{ type: 'wakeAt', at: T0 + 60 * S }]),
+  },
+  {
+    name: 'init container running → startup phase, wait',
+    run: run(),
+    job,
+    pod: makePod().withDeps().running('deps', T0 + S).obj(),
+    now: T0 + 2 * S,
+    expect: (a) => expect(types(a)).toEqual(['wakeAt']),
+  },
+  {
+    name: 'main running → execution phase reported once',
+    run: run(),
+    job,
+    pod: makePod().mainRunning(T0 + 5 * S).obj(),
+    now: T0 + 6 * S,
+    expect: (a) => expect(a).toEqual([{ type: 'enterExecution', mainStartedAt: T0 + 5 * S }]),
+  },
+  {
+    name: 'main running, phase already reported → nothing',
+    run: run({ phaseReported: 'execution' }),
+    job,
+    pod: makePod().mainRunning(T0 + 5 * S).obj(),
+    now: T0 + 6 * S,
+    expect: (a) => expect(a).toEqual([]),
+  },
+  {
+    name: 'main terminated, collector running → collect',
+    run: run({ phaseReported: 'execution' }),
+    job,
+    pod: makePod().mainTerminated(0, 'Completed', T0 + 5 * S, T0 + 7 * S).obj(),
+    now: T0 + 8 * S,
+    expect: (a) => expect(a).toEqual([{ type: 'collect', pod: 'sp-run-abcde' }]),
+  },
+  {
+    name: 'main terminated before we saw it running → execution phase, then collect',
+    run: run(),
+    job,
+    pod: makePod().mainTerminated(1, 'Error', T0 + 5 * S, T0 + 7 * S).obj(),
+    now: T0 + 8 * S,
+    expect: (a) => expect(types(a)).toEqual(['enterExecution', 'collect']),
+  },
+  {
+    name: 'collected, collector still running → release',
+    run: run({ phaseReported: 'execution', collection: { ok: true, output } }),
+    job,
+    pod: makePod().mainTerminated(0, 'Completed', T0 + 5 * S, T0 + 7 * S).obj(),
+    now: T0 + 8 * S,
+    expect: (a) => expect(a).toEqual([{ type: 'release', pod: 'sp-run-abcde' }]),
+  },
+  {
+    name: 'collected and released → finish with container timing',
+    run: run({ phaseReported: 'execution', collection: { ok: true, output }, released: true }),
+    job,
+    pod: makePod().mainTerminated(0, 'Completed', T0 + 5 * S, T0 + 7 * S).obj(),
+    now: T0 + 8 * S,
+    expect: (a) => {
+      expect(finishOf(a)).toMatchObject({ exitCode: 0, phase: 'completed', startupMs: 5 * S, executionMs: 2 * S, totalMs: 7 * S, infraError: null });
+    },
+  },
+  {
+    name: 'non-zero exit → phase failed, exit code kept',
+    run: run({ phaseReported: 'execution', collection: { ok: true, output }, released: true }),
+    job,
+    pod: makePod().mainTerminated(1, 'Error', T0 + 5 * S, T0 + 7 * S).obj(),
+    now: T0 + 8 * S,
+    expect: (a) => expect(finishOf(a)).toMatchObject({ exitCode: 1, phase: 'failed' }),
+  },
+  {
+    name: 'collection failed for good → internal_error (outputs lost)',
+    run: run({ phaseReported: 'execution', collection: { ok: false, error: 'exec refused' }, released: true }),
+    job,
+    pod: makePod().mainTerminated(0, 'Completed', T0 + 5 * S, T0 + 7 * S).obj(),
+    now: T0 + 8 * S,
+    expect: (a) => expect(finishOf(a).infraError).toMatchObject({ type: 'internal_error' }),
+  },
+  {
+    name: 'OOMKilled → oomKilled (collected as usual)',
+    run: run({ phaseReported: 'execution', collection: { ok: true, output }, released: true }),
+    job,
+    pod: makePod().mainTerminated(137, 'OOMKilled', T0 + 5 * S, T0 + 7 * S).obj(),
+    now: T0 + 8 * S,
+    expect: (a) => expect(finishOf(a)).toMatchObject({ oomKilled: true, exitCode: 137, infraError: null }),
+  },
+  {
+    name: 'OOMKilled and the collector gone too (whole sandbox killed) → oom, not internal_error',
+    run: run({ phaseReported: 'execution' }),
+    job,
+    pod: makePod().phase('Failed').terminated('main', 137, 'OOMKilled', T0 + 5 * S, T0 + 7 * S).terminated('collector', 137, 'Error', T0 + 5 * S, T0 + 7 * S).obj(),
+    now: T0 + 8 * S,
+    expect: (a) => expect(finishOf(a)).toMatchObject({ oomKilled: true, infraError: null }),
+  },
+  {
+    name: 'main ended but the collector is gone → internal_error',
+    run: run({ phaseReported: 'execution' }),
+    job,
+    pod: makePod().phase('Failed').terminated('main', 0, 'Completed', T0 + 5 * S, T0 + 7 * S).terminated('collector', 2, 'Error', T0 + 5 * S, T0 + 7 * S).obj(),
+    now: T0 + 8 * S,
+    expect: (a) => expect(finishOf(a).infraError?.message).toContain('collector'),
+  },
+  {
+    name: 'main ended, collector not started yet → wait',
+    run: run({ phaseReported: 'execution' }),
+    job,
+    pod: makePod().phase('Running').terminated('main', 0, 'Completed', T0 + 5 * S, T0 + 7 * S).waiting('collector', 'ContainerCreating').obj(),
+    now: T0 + 8 * S,
+    expect: (a) => expect(a).toEqual([]),
+  },
+  ...['ErrImagePull', 'ImagePullBackOff', 'InvalidImageName'].map(
+    (reason): Row => ({
+      name: `${reason} → docker_error at once and the Job deleted`,
+      run: run(),
+      job,
+      pod: makePod().waiting('main', reason, 'pull access denied').obj(),
+      now: T0 + S,
+      expect: (a) => {
+        expect(types(a)).toEqual(['deleteJob', 'finish']);
+        expect(finishOf(a).infraError).toMatchObject({ type: 'docker_error' });
+      },
+    }),
+  ),
+  {
+    name: 'image pull error on the deps init container → docker_error',
+    run: run(),
+    job,
+    pod: makePod().withDeps().waiting('deps', 'ImagePullBackOff').obj(),
+    now: T0 + S,
+    expect: (a) => expect(finishOf(a).infraError?.message).toContain('deps: ImagePullBackOff'),
+  },
+  {
+    name: 'command cannot start (StartError) → docker_error',
+    run: run(),
+    job,
+    pod: makePod().terminated('main', 128, 'StartError', T0 + S, T0 + S).running('collector', T0 + S).obj(),
+    now: T0 + 2 * S,
+    expect: (a) => expect(finishOf(a).infraError).toMatchObject({ type: 'docker_error' }),
+  },
+  {
+    name: 'unschedulable before the deadline → wait for it',
+    run: run(),
+    job,
+    pod: makePod().unschedulable().obj(),
+    now: T0 + 30 * S,
+    expect: (a) => expect(a).toEqual([{ type: 'wakeAt', at: T0 + 60 * S }]),
+  },
+  {
+    name: 'unschedulable past the startup timeout → startup timeout, Job deleted',
+    run: run(),
+    job,
+    pod: makePod().unschedulable().obj(),
+    now: T0 + 60 * S,
+    expect: (a) => {
+      expect(types(a)).toEqual(['deleteJob', 'finish']);
+      expect(finishOf(a)).toMatchObject({ timedOut: 'startup', phase: 'startup', exitCode: null });
+    },
+  },
+  {
+    name: 'slow dependency install past the startup timeout → startup timeout with dep time',
+    run: run(),
+    job,
+    pod: makePod().withDeps().running('deps', T0 + 2 * S).obj(),
+    now: T0 + 61 * S,
+    expect: (a) => expect(finishOf(a)).toMatchObject({ timedOut: 'startup', depInstallMs: 59 * S }),
+  },
+  {
+    name: 'deps failed, log not fetched → fetch the log tail',
+    run: run(),
+    job,
+    pod: makePod().withDeps().phase('Failed').terminated('deps', 1, 'Error', T0 + S, T0 + 3 * S).obj(),
+    now: T0 + 4 * S,
+    expect: (a) => expect(a).toEqual([{ type: 'fetchDepsLog', pod: 'sp-run-abcde' }]),
+  },
+  {
+    name: 'deps failed, log fetched → dependencyError with pip output',
+    run: run({ depsLog: 'ERROR: No matching distribution found for nope\n' }),
+    job,
+    pod: makePod().withDeps().phase('Failed').terminated('deps', 1, 'Error', T0 + S, T0 + 3 * S).obj(),
+    now: T0 + 4 * S,
+    expect: (a) => expect(finishOf(a)).toMatchObject({ dependencyError: 'ERROR: No matching distribution found for nope', phase: 'startup', depInstallMs: 2 * S }),
+  },
+  {
+    name: 'deps failed with an empty log → generic dependencyError',
+    run: run({ depsLog: '' }),
+    job,
+    pod: makePod().withDeps().phase('Failed').terminated('deps', 2, 'Error', T0 + S, T0 + 3 * S).obj(),
+    now: T0 + 4 * S,
+    expect: (a) => expect(finishOf(a).dependencyError).toContain('exit code 2'),
+  },
+  {
+    name: 'deps OOMKilled → oom in the startup phase',
+    run: run(),
+    job,
+    pod: makePod().withDeps().phase('Failed').terminated('deps', 137, 'OOMKilled', T0 + S, T0 + 3 * S).obj(),
+    now: T0 + 4 * S,
+    expect: (a) => expect(finishOf(a)).toMatchObject({ oomKilled: true, phase: 'startup' }),
+  },
+  {
+    name: 'Job DeadlineExceeded after main started → execution timeout (backstop)',
+    run: run({ phaseReported: 'execution', mainStartedAt: T0 + 5 * S }),
+    job: makeJob().deadlineExceeded().obj(),
+    pod: undefined,
+    now: T0 + 100 * S,
+    expect: (a) => expect(finishOf(a)).toMatchObject({ timedOut: 'execution', phase: 'execution', executionMs: 95 * S }),
+  },
+  {
+    name: 'Job DeadlineExceeded before main started → startup timeout',
+    run: run(),
+    job: makeJob().deadlineExceeded().obj(),
+    pod: makePod().obj(),
+    now: T0 + 100 * S,
+    expect: (a) => expect(finishOf(a)).toMatchObject({ timedOut: 'startup' }),
+  },
+  {
+    name: 'pod evicted → internal_error with the kubelet message',
+    run: run({ phaseReported: 'execution' }),
+    job,
+    pod: makePod().mainRunning(T0 + 5 * S).evicted().obj(),
+    now: T0 + 9 * S,
+    expect: (a) => expect(finishOf(a).infraError?.message).toContain('ephemeral-storage'),
+  },
+  {
+    name: 'pod vanished under a running run → note it and wait for the Job status',
+    run: run({ phaseReported: 'execution' }),
+    job,
+    pod: undefined,
+    now: T0 + 9 * S,
+    expect: (a) => expect(a).toEqual([{ type: 'notePodGone', at: T0 + 9 * S }, { type: 'wakeAt', at: T0 + 12 * S }]),
+  },
+  {
+    name: 'pod being deleted by someone else, grace not over → wait',
+    run: run({ phaseReported: 'execution', podGoneAt: T0 + 9 * S }),
+    job,
+    pod: makePod().mainRunning(T0 + 5 * S).deleting().obj(),
+    now: T0 + 10 * S,
+    expect: (a) => expect(a).toEqual([{ type: 'wakeAt', at: T0 + 12 * S }]),
+  },
+  {
+    name: 'pod gone and the grace is over → internal_error',
+    run: run({ phaseReported: 'execution', podGoneAt: T0 + 9 * S }),
+    job,
+    pod: undefined,
+    now: T0 + 12 * S,
+    expect: (a) => expect(finishOf(a).infraError).toMatchObject({ type: 'internal_error' }),
+  },
+  {
+    name: 'Job deleted by someone else → internal_error',
+    run: run({ phaseReported: 'execution' }),
+    job: undefined,
+    pod: makePod().mainRunning(T0 + 5 * S).obj(),
+    now: T0 + 9 * S,
+    expect: (a) => expect(finishOf(a).infraError?.message).toContain('Job was deleted'),
+  },
+  {
+    name: 'pod vanished because we deleted the Job → not an error by itself',
+    run: run({ jobDeleted: true, phaseReported: 'execution' }),
+    job: undefined,
+    pod: undefined,
+    now: T0 + 9 * S,
+    expect: (a) => expect(a).toEqual([]),
+  },
+  {
+    name: 'cancel → delete the Job and finish cancelled',
+    run: run({ cancelRequested: true }),
+    job,
+    pod: makePod().mainRunning(T0 + 5 * S).obj(),
+    now: T0 + 9 * S,
+    expect: (a) => {
+      expect(types(a)).toEqual(['deleteJob', 'finish']);
+      expect(finishOf(a)).toMatchObject({ cancelled: true, phase: 'execution' });
+    },
+  },
+  {
+    name: 'cancel after the Job was already deleted → just finish',
+    run: run({ cancelRequested: true, jobDeleted: true }),
+    job: undefined,
+    pod: undefined,
+    now: T0 + 9 * S,
+    expect: (a) => expect(types(a)).toEqual(['finish']),
+  },
+];
+
+describe('decide(run, job, pod, now)', () => {
+  it.each(rows)('$name', (row) => {
+    const before = JSON.stringify(row.run);
+    row.expect(decide(row.run, row.job, row.pod, row.now));
+    // Pure: the inputs are never modified.
+    expect(JSON.stringify(row.run)).toBe(before);
+  });
+
+  it('is deterministic: the same inputs give the same actions', () => {
+    const r = run();
+    const pod = makePod().mainTerminated(0, 'Completed', T0 + 5 * S, T0 + 7 * S).obj();
+    expect(decide(r, job, pod, T0 + 8 * S)).toEqual(decide(r, job, pod, T0 + 8 * S));
+  });
+
+  it('reads timestamps both as Date (typed list) and RFC 3339 strings (raw watch events)', () => {
+    const pod = makePod().mainTerminated(0, 'Completed', T0 + 5 * S, T0 + 7 * S).obj();
+    const asDates = structuredClone(pod);
+    const t = asDates.status!.containerStatuses!.find((c) => c.name === 'main')!.state!.terminated!;
+    t.startedAt = new Date(T0 + 5 * S);
+    t.finishedAt = new Date(T0 + 7 * S);
+    const r = run({ collection: { ok: true, output }, released: true, phaseReported: 'execution' });
+    expect(finishOf(decide(r, job, asDates, T0 + 8 * S))).toEqual(finishOf(decide(r, job, pod, T0 + 8 * S)));
+  });
+});

@@ -1,0 +1,71 @@
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { collectOutputs, contentTypeFor, readReport, readStream } from '../../../../src/runtime/local/collect.ts';
+
+function outDir(): string {
+  mkdirSync('/tmp/sandpod-test', { recursive: true });
+  return mkdtempSync(path.join('/tmp/sandpod-test', 'collect-'));
+}
+
+describe('collectOutputs', () => {
+  it('keeps regular files, excludes control files and result.json, never follows links', () => {
+    const d = outDir();
+    writeFileSync(path.join(d, 'result.json'), '{"a":1}');
+    writeFileSync(path.join(d, '.svc_report.json'), '{}');
+    writeFileSync(path.join(d, '.svc_stdout'), 'x');
+    writeFileSync(path.join(d, 'plot.png'), Buffer.from([1, 2, 3]));
+    writeFileSync(path.join(d, '_input.json'), '{}');
+    writeFileSync(path.join(d, 'big.txt'), 'x'.repeat(101));
+    symlinkSync('/etc/passwd', path.join(d, 'passwd'));
+    mkdirSync(path.join(d, 'sub'));
+    execFileSync('mkfifo', [path.join(d, 'fifo')]);
+    const r = collectOutputs(d, 100);
+    expect(r.resultJson).toBe('{"a":1}');
+    const by = Object.fromEntries(r.artifacts.map((a) => [a.name, a]));
+    expect(Object.keys(by).sort()).toEqual(['_input.json', 'big.txt', 'fifo', 'passwd', 'plot.png', 'sub']);
+    expect(by['plot.png']).toMatchObject({ size: 3, contentType: 'image/png', sha256: '039058c6f2c0cb492c533b0a4d14ef77cc0f78abccced5287d84a1a2011cfb81' });
+    expect(by['_input.json']).toMatchObject({ skipped: 'reserved_name' });
+    expect(by['big.txt']).toMatchObject({ skipped: 'too_large', size: 101 });
+    for (const n of ['passwd', 'sub', 'fifo']) {
+      expect(by[n]).toMatchObject({ skipped: 'not_regular' });
+      expect(by[n]!.data).toBeUndefined();
+    }
+  });
+
+  it('flags a result.json over the cap and does not read it', () => {
+    const d = outDir();
+    writeFileSync(path.join(d, 'result.json'), '[' + '1,'.repeat(100) + '1]');
+    expect(collectOutputs(d, 50)).toMatchObject({ resultJson: null, resultJsonTooLarge: true });
+  });
+
+  it('ignores a result.json that is a symlink', () => {
+    const d = outDir();
+    symlinkSync('/etc/hostname', path.join(d, 'result.json'));
+    expect(collectOutputs(d, 1000).resultJson).toBeNull();
+  });
+});
+
+describe('report and streams', () => {
+  it('parses only a JSON object report, not through a symlink', () => {
+    const d = outDir();
+    writeFileSync(path.join(d, '.svc_report.json'), '{"exit_code": 3}');
+    expect(readReport(d)).toEqual({ exit_code: 3 });
+    writeFileSync(path.join(d, '.svc_report.json'), '[1]');
+    expect(readReport(d)).toBeNull();
+    const e = outDir();
+    symlinkSync('/etc/os-release', path.join(e, '.svc_report.json'));
+    expect(readReport(e)).toBeNull();
+  });
+  it('caps a stream and flags truncation', () => {
+    const d = outDir();
+    writeFileSync(path.join(d, '.svc_stdout'), 'abcdef');
+    expect(readStream(d, '.svc_stdout', 4)).toEqual({ text: 'abcd', truncated: true });
+    expect(readStream(d, '.svc_stderr', 4)).toEqual({ text: '', truncated: false });
+  });
+  it('maps extensions to content types', () => {
+    expect(contentTypeFor('a.JSON')).toBe('application/json');
+    expect(contentTypeFor('noext')).toBe('application/octet-stream');
+  });
+});

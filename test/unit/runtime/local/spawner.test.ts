@@ -1,0 +1,97 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { Spawner, type SpawnedProc } from '../../../../src/runtime/local/spawner.ts';
+
+const problems: string[] = [];
+const spawner = new Spawner('/usr/bin/python3', (m) => problems.push(m));
+afterAll(() => spawner.stop());
+
+const SH = '/bin/sh';
+const ENV = { PATH: '/usr/bin:/bin' };
+
+async function run(p: SpawnedProc, script: string, env: Record<string, string> = ENV, cwd?: string) {
+  let out = '';
+  let err = '';
+  p.onStdout((b) => (out += b.toString('utf8')));
+  p.onStderr((b) => (err += b.toString('utf8')));
+  p.launch({ file: SH, args: ['-c', script], env, cwd });
+  const [code, sig, error] = await p.closed;
+  return { out, err, code, sig, error };
+}
+
+describe('Spawner', () => {
+  it('execs the command with exactly its environment, stdin /dev/null, stdout/stderr captured', async () => {
+    const p = spawner.warm({ procsFiles: [], fdFiles: [], drop: null })!;
+    const r = await run(p, 'env | sort; read x || echo eof; echo oops >&2; exit 3', { PATH: '/usr/bin:/bin', FOO: 'bär' });
+    // (sh itself adds PWD.)
+    expect(r.out.split('\n').filter((l) => !l.startsWith('PWD='))).toEqual(['FOO=bär', 'PATH=/usr/bin:/bin', 'eof', '']);
+    expect(r.err).toBe('oops\n');
+    expect([r.code, r.sig, r.error]).toEqual([3, null, null]);
+  });
+
+  it('reports a signal death, the working directory, and opens fd files as fds 3…', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'spawner-'));
+    const f = path.join(dir, 'blob');
+    writeFileSync(f, 'from fd 3');
+    const p = spawner.warm({ procsFiles: [], fdFiles: [f], drop: null })!;
+    const r = await run(p, 'cat <&3; echo; pwd; ls /proc/$$/fd | sort -n | tr "\\n" " "; kill -9 $$', ENV, dir);
+    const [fdLine] = r.out.split('\n').slice(2);
+    expect(r.out.startsWith(`from fd 3\n${dir}\n`)).toBe(true);
+    // 0, 1, 2 and 3, and nothing of the spawner leaks in (sh keeps its own at 10 and above).
+    expect(fdLine!.trim().split(' ').map(Number).filter((n) => n < 10)).toEqual([0, 1, 2, 3]);
+    expect([r.code, r.sig]).toEqual([null, 'SIGKILL']);
+  });
+
+  it('kills a warm child that never got a command, and the whole process group of a running one', async () => {
+    const idle = spawner.warm({ procsFiles: [], fdFiles: [], drop: null })!;
+    idle.kill();
+    expect((await idle.closed)[1]).toBe('SIGKILL');
+    const p = spawner.warm({ procsFiles: [], fdFiles: [], drop: null })!;
+    let out = '';
+    p.onStdout((b) => (out += b.toString()));
+    p.launch({ file: SH, args: ['-c', 'sleep 30 & echo started; wait'], env: ENV });
+    while (!out.includes('started')) await new Promise((r) => setTimeout(r, 10));
+    p.kill();
+    const [code, sig] = await p.closed;
+    expect([code, sig]).toEqual([null, 'SIGKILL']);
+  });
+
+  it('a command that cannot be executed exits 127 with the reason on stderr', async () => {
+    const p = spawner.warm({ procsFiles: [], fdFiles: [], drop: null })!;
+    let err = '';
+    p.onStderr((b) => (err += b.toString()));
+    p.launch({ file: '/nonexistent/program', args: [], env: ENV });
+    expect((await p.closed)[0]).toBe(127);
+    expect(err).toMatch(/cannot start/);
+  });
+
+  it('with caps, a relay passes on at most that much of each stream, drains the rest and ends as the command did', async () => {
+    const p = spawner.warm({ procsFiles: [], fdFiles: [], drop: null })!;
+    let out = '';
+    let err = '';
+    p.onStdout((b) => (out += b.toString()));
+    p.onStderr((b) => (err += b.toString()));
+    p.launch({ file: SH, args: ['-c', 'head -c 3000000 /dev/zero | tr "\\0" x; echo 123456789 >&2; exit 5'], env: ENV, caps: [10, 4] });
+    expect(await p.closed).toEqual([5, null, null]);
+    expect([out, err]).toEqual(['x'.repeat(10), '1234']);
+    const k = spawner.warm({ procsFiles: [], fdFiles: [], drop: null })!;
+    k.launch({ file: SH, args: ['-c', 'kill -TERM $$'], env: ENV, caps: [10, 10] });
+    expect((await k.closed).slice(0, 2)).toEqual([null, 'SIGTERM']);
+  });
+
+  it.runIf(process.getuid?.() === 0)('drops root like setpriv: uid/gid 1000, no groups, no capabilities, no_new_privs', async () => {
+    const p = spawner.warm({ procsFiles: [], fdFiles: [], drop: { uid: 1000, gid: 1000 } })!;
+    const r = await run(p, 'id -u; id -g; id -G; grep -E "^(Cap(Inh|Prm|Eff|Amb)|NoNewPrivs)" /proc/self/status');
+    expect(r.out).toBe('1000\n1000\n1000\nCapInh:\t0000000000000000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nCapAmb:\t0000000000000000\nNoNewPrivs:\t1\n');
+  });
+
+  it('a child that cannot enter its cgroup exits 199 and runs nothing', async () => {
+    const p = spawner.warm({ procsFiles: ['/nonexistent/cgroup.procs'], fdFiles: [], drop: null })!;
+    const r = await run(p, 'echo ran');
+    expect(r.code).toBe(199);
+    expect(r.out).toBe('');
+    expect(problems).toEqual([]);
+  });
+});
