@@ -17,7 +17,8 @@ CLI
     --tee                   also copy the program's stdout/stderr (uncapped) to the runner's own
                             stdout/stderr, e.g. so `kubectl logs` shows them
     --phase-fd N            write `execution\\n` to fd N just before the program starts (a hint for the
-                            runtime; N may be 1). The program never inherits this fd.
+                            runtime; N may be 1). The program never inherits this fd. Every other
+                            fd above 2 is closed at start: the program gets stdio and nothing else.
     --env KEY=VALUE         extra environment variable for the program (repeatable; job type env)
     --python-path DIR       directory put on PYTHONPATH (repeatable; e.g. /deps with installed requirements)
     --rlimit NAME=N         resource limit (soft = hard) applied to the program before it starts
@@ -351,8 +352,25 @@ def to_json(v):
     return to_json(str(v))
 
 
+def close_stray_fds(keep):
+    """Closes every fd above 2 but `keep`: the program gets stdio and nothing its launcher leaked.
+    (Where /proc/self/fd cannot be listed, as under gVisor, the host's fds are not visible anyway.)"""
+    try:
+        names = os.listdir('/proc/self/fd')
+    except OSError:
+        return
+    for n in names:
+        fd = int(n)
+        if fd > 2 and fd != keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
 def main():
     a = parse_args(sys.argv[1:])
+    close_stray_fds(a.phase_fd)
     env = program_env(a)
     current = dict(os.environ)
     # PWD is set by sandbox tools (bwrap) to the working directory: harmless, not worth a re-exec.

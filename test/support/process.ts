@@ -17,6 +17,15 @@ export function freePort(): Promise<number> {
   });
 }
 
+function withInherited(stdio: ('ignore' | 'pipe')[], extra: Record<number, number>): ('ignore' | 'pipe' | number)[] {
+  const out: ('ignore' | 'pipe' | number)[] = [...stdio];
+  for (const [child, fd] of Object.entries(extra)) {
+    while (out.length <= Number(child)) out.push('ignore');
+    out[Number(child)] = fd;
+  }
+  return out;
+}
+
 /** A service process. */
 export interface ServiceProcess {
   url: string;
@@ -27,7 +36,14 @@ export interface ServiceProcess {
 }
 
 /** Starts `src/main.ts` with a config file and waits until `/readyz` answers. */
-export async function startServiceProcess(opts: { databaseUrl: string; workspace: string; config?: Record<string, unknown>; name: string }): Promise<ServiceProcess> {
+export async function startServiceProcess(opts: {
+  databaseUrl: string;
+  workspace: string;
+  config?: Record<string, unknown>;
+  name: string;
+  /** fds the service inherits without close-on-exec, as from a harness: child fd → this process's fd. */
+  inheritFds?: Record<number, number>;
+}): Promise<ServiceProcess> {
   const port = await freePort();
   const cfgFile = path.join(opts.workspace, `${opts.name}.json`);
   writeFileSync(cfgFile, JSON.stringify({ host: '127.0.0.1', sandbox_engine: 'bubblewrap', log_level: 'info', ...opts.config }));
@@ -35,7 +51,7 @@ export async function startServiceProcess(opts: { databaseUrl: string; workspace
   const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], {
     cwd: ROOT,
     env: { PATH: process.env.PATH, HOME: process.env.HOME, SVC_CONFIG: cfgFile, SVC_DATABASE_URL: opts.databaseUrl, SVC_WORKSPACE: opts.workspace, PORT: String(port) },
-    stdio: ['ignore', 'pipe', 'pipe'],
+    stdio: withInherited(['ignore', 'pipe', 'pipe'], opts.inheritFds ?? {}),
   });
   let out = '';
   child.stdout?.on('data', (d: Buffer) => (out += d.toString()));

@@ -45,6 +45,7 @@ import { candidateEngines, engineInstalled, findEngineBinaries, type EngineBinar
 import { compileSeccompBpf } from './seccomp.ts';
 import { SandboxHost, WRAPPER_FAILED_EXIT, type Launch, type Mount, type SandboxSpec } from './sandbox.ts';
 import { Spawner, type RunProc, type SpawnedProc } from './spawner.ts';
+import { coverInheritedFds, inheritedFds } from '../../util/inherited-fds.ts';
 
 /** The runner's exit status when it killed user code for running out of time (see runner.py). */
 export const RUNNER_TIMEOUT_EXIT = 124;
@@ -703,7 +704,7 @@ class LocalRuntimeImpl implements LocalRuntime {
   }
 }
 
-interface Proc {
+export interface Proc {
   child: ChildProcess;
   /** Resolves once the process exited and its stdio closed: [code, signal, spawn error]. */
   closed: Promise<[number | null, NodeJS.Signals | null, string | null]>;
@@ -714,11 +715,18 @@ interface Warm {
   cgroup: RunCgroup;
 }
 
-/** Spawns in its own process group (so the whole group can be killed) with fd files as fds 3…. */
-function spawnProc(file: string, args: string[], env: Record<string, string>, fdFiles: string[], cwd: string | undefined, stdinPipe: boolean): Proc {
+/**
+ * Spawns in its own process group (so the whole group can be killed) with fd files as fds 3…, and
+ * /dev/null over every fd the service inherited (which would otherwise reach the sandbox).
+ */
+export function spawnProc(file: string, args: string[], env: Record<string, string>, fdFiles: string[], cwd: string | undefined, stdinPipe: boolean): Proc {
   const fds = fdFiles.map((f) => openSync(f, 'r'));
+  const leaked = inheritedFds();
+  const devNull = leaked.length > 0 ? openSync('/dev/null', 'r') : -1;
+  if (devNull >= 0) fds.push(devNull);
   try {
-    const child = spawn(file, args, { env, stdio: [stdinPipe ? 'pipe' : 'ignore', 'pipe', 'pipe', ...fds], detached: true, ...(cwd ? { cwd } : {}) });
+    const stdio = coverInheritedFds<'pipe'>([stdinPipe ? 'pipe' : 'ignore', 'pipe', 'pipe', ...fds.slice(0, fdFiles.length)], devNull, leaked);
+    const child = spawn(file, args, { env, stdio, detached: true, ...(cwd ? { cwd } : {}) });
     let spawnError: string | null = null;
     child.on('error', (err) => {
       spawnError = err.message;

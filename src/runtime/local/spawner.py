@@ -25,6 +25,7 @@ written; diagnostics go to stderr.
             {"ev": "exit", "id", "code": int|null, "sig": int|null} once the child was reaped and both
             of its pipes reached EOF (what Node's 'close' means).
 
+At start every fd but 0-2 is closed, so nothing the service inherited reaches a sandbox.
 When stdin closes (the service went away) every child's process group is killed and the spawner exits.
 """
 import ctypes
@@ -203,8 +204,26 @@ def relay(pid, streams):
     os._exit(os.WEXITSTATUS(st))
 
 
+def close_inherited_fds():
+    """Closes every fd but stdio. The service gives this process only fds 0-2; anything else was
+    inherited without close-on-exec from whoever started the service (a CI harness, a shell) and
+    would otherwise reach every sandbox."""
+    try:
+        fds = [int(n) for n in os.listdir('/proc/self/fd')]
+    except OSError:
+        os.closerange(3, 65536)
+        return
+    for fd in fds:
+        if fd > 2:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
 def main():
     global _libc
+    close_inherited_fds()
     _libc = ctypes.CDLL(None, use_errno=True)
     # Every warm child shares this process's pages copy-on-write until it execs: a collection walking
     # all objects would copy them. Nothing here makes reference cycles, so the collector stays off.

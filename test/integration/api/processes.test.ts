@@ -2,7 +2,7 @@
  * Real service processes on one PostgreSQL: kill -9 and restart, graceful SIGTERM, two processes
  * sharing one queue without running a job twice. PostgreSQL only: PGlite is one process's database.
  */
-import { mkdirSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -126,6 +126,29 @@ describe.skipIf(kind !== 'postgres')('one workspace, one live process', () => {
       // the first process is unharmed
       const r = await post(a.url, '/execute', { code: 'print("still here")' });
       expect(r.stdout).toBe('still here\n');
+    } finally {
+      a.kill('SIGTERM');
+      await a.exited;
+      await db.drop();
+    }
+  });
+});
+
+describe.skipIf(kind !== 'postgres')('fds the service inherited', () => {
+  it('a descriptor the service was started with (not close-on-exec) never reaches a sandbox', async () => {
+    const db = await freshDatabase();
+    const marker = path.join(db.workspace, 'leak-marker');
+    writeFileSync(marker, 'the harness pipe');
+    const fd = openSync(marker, 'r');
+    const a = await startServiceProcess({ databaseUrl: db.url!, workspace: db.workspace, name: 'fds', config: { sandbox_engine: 'bubblewrap' }, inheritFds: { 40: fd, 41: fd } });
+    closeSync(fd);
+    try {
+      const code = 'import os\nfor n in os.listdir("/proc/self/fd"):\n    try:\n        print(n, os.readlink("/proc/self/fd/" + n))\n    except OSError:\n        pass\n';
+      const r = await post(a.url, '/execute', { code });
+      expect(r.success).toBe(true);
+      const links = [...String(r.stdout).matchAll(/^(\d+) (.*)$/gm)].map((x) => [Number(x[1]), x[2]]);
+      expect(links.map(([n]) => n)).toEqual(expect.arrayContaining([0, 1, 2]));
+      expect(links.filter(([n, l]) => n === 40 || n === 41 || String(l).includes('leak-marker'))).toEqual([]);
     } finally {
       a.kill('SIGTERM');
       await a.exited;

@@ -3,7 +3,7 @@
  * exit-code conventions, CPython-identical tracebacks, SystemExit, the timeout, the clean environment.
  */
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { RUNNER_SOURCE } from '../../../src/runtime/local/local-runtime.ts';
@@ -60,6 +60,35 @@ describe('runner.py', () => {
     expect(r.runnerStderr).toBe(c.stderr);
     expect(r.report).toMatchObject({ phase: 'failed', exit_code: 1, exception: 'KeyError', exception_mro: ['KeyError', 'LookupError', 'Exception', 'BaseException', 'object'] });
     expect(runRunner('import os\nos.kill(os.getpid(), 9)\n', ['--exec']).status).toBe(null);
+  });
+
+  it('closes every fd its launcher leaked: the program sees none of them, nor the phase fd', () => {
+    const dir = mkdtempSync(path.join('/tmp/sandpod-test', 'runner-fds-'));
+    const marker = path.join(dir, 'leak-marker');
+    writeFileSync(marker, 'secret');
+    const main = path.join(dir, 'main.py');
+    writeFileSync(main, 'import os\nfor n in sorted(os.listdir("/proc/self/fd"), key=int):\n    try:\n        print(n, os.readlink("/proc/self/fd/" + n))\n    except OSError:\n        pass\n');
+    mkdirSync(path.join(dir, 'out'));
+    const m = openSync(marker, 'r');
+    try {
+      for (const mode of [[], ['--exec']]) {
+        // fds 3 and 30 hold the marker (inherited, not close-on-exec), fd 31 is the phase pipe.
+        const stdio: ('ignore' | 'pipe' | number)[] = ['ignore', 'pipe', 'pipe', m];
+        while (stdio.length < 32) stdio.push('ignore');
+        stdio[30] = m;
+        stdio[31] = 'pipe';
+        const r = spawnSync(PY, [RUNNER_SOURCE, '--code', main, '--output', path.join(dir, 'out'), '--cwd', dir, '--phase-fd', '31', ...mode], { env: CLEAN, encoding: 'utf8', stdio, timeout: 20_000 });
+        expect(r.status).toBe(0);
+        expect(r.output[31]).toBe('execution\n');
+        const listing = mode.length ? r.stdout : readFileSync(path.join(dir, 'out', '.svc_stdout'), 'utf8');
+        const fds = Object.fromEntries([...listing.matchAll(/^(\d+) (.*)$/gm)].map((x) => [Number(x[1]), x[2]]));
+        expect(Object.keys(fds).length).toBeGreaterThanOrEqual(3);
+        expect(Object.values(fds).filter((l) => l!.includes('leak-marker'))).toEqual([]);
+        expect([fds[3], fds[30], fds[31]]).toEqual([undefined, undefined, undefined]);
+      }
+    } finally {
+      closeSync(m);
+    }
   });
 
   it('prints tracebacks exactly as CPython does and names the exception', () => {

@@ -1,4 +1,4 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -85,6 +85,29 @@ describe('Spawner', () => {
     const p = spawner.warm({ procsFiles: [], fdFiles: [], drop: { uid: 1000, gid: 1000 } })!;
     const r = await run(p, 'id -u; id -g; id -G; grep -E "^(Cap(Inh|Prm|Eff|Amb)|NoNewPrivs)" /proc/self/status');
     expect(r.out).toBe('1000\n1000\n1000\nCapInh:\t0000000000000000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nCapAmb:\t0000000000000000\nNoNewPrivs:\t1\n');
+  });
+
+  it('fds the service inherited without close-on-exec never reach a command', async () => {
+    // What a CI harness or a shell redirect does: the spawner's parent holds fds 5, 6 and 9 that are
+    // not close-on-exec (a wrapper opens them, then execs Python).
+    const dir = mkdtempSync(path.join(tmpdir(), 'spawner-leak-'));
+    const marker = path.join(dir, 'leak-marker');
+    writeFileSync(marker, 'secret');
+    const wrapper = path.join(dir, 'python');
+    writeFileSync(wrapper, `#!/bin/sh\nexec 5<${marker} 6<${marker} 9<${marker}\nexec /usr/bin/python3 "$@"\n`);
+    chmodSync(wrapper, 0o755);
+    const leakyProblems: string[] = [];
+    const leaky = new Spawner(wrapper, (m) => leakyProblems.push(m));
+    try {
+      const p = leaky.warm({ procsFiles: [], fdFiles: [], drop: null })!;
+      const r = await run(p, 'ls -l /proc/$$/fd');
+      const fds = [...r.out.matchAll(/ (\d+) -> (.*)$/gm)].map((m) => [m[1]!, m[2]!]);
+      expect(fds.map(([n]) => Number(n)).filter((n) => n < 10).sort((a, b) => a - b)).toEqual([0, 1, 2]);
+      expect(fds.filter(([, link]) => link?.includes('leak-marker'))).toEqual([]);
+      expect(leakyProblems).toEqual([]);
+    } finally {
+      await leaky.stop();
+    }
   });
 
   it('a child that cannot enter its cgroup exits 199 and runs nothing', async () => {
