@@ -12,9 +12,11 @@ import { readdirSync, readFileSync } from 'node:fs';
 const O_CLOEXEC = 0o2000000;
 let cached: number[] | null = null;
 
-/** Reads /proc/self/fdinfo: the fds ≥ 3 without close-on-exec, except Node's IPC channel. */
+/**
+ * Reads /proc/self/fdinfo: the fds ≥ 3 without close-on-exec (Node's IPC channel to a parent
+ * included: a sandbox has no business with that either).
+ */
 export function scanInheritedFds(): number[] {
-  const ipc = Number(process.env.NODE_CHANNEL_FD ?? -1);
   let names: string[];
   try {
     names = readdirSync('/proc/self/fd');
@@ -24,7 +26,7 @@ export function scanInheritedFds(): number[] {
   const out: number[] = [];
   for (const name of names) {
     const fd = Number(name);
-    if (!Number.isInteger(fd) || fd < 3 || fd === ipc) continue;
+    if (!Number.isInteger(fd) || fd < 3) continue;
     try {
       const m = /^flags:\s*([0-7]+)/m.exec(readFileSync(`/proc/self/fdinfo/${fd}`, 'utf8'));
       if (m && (parseInt(m[1]!, 8) & O_CLOEXEC) === 0) out.push(fd);
