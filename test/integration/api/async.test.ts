@@ -275,6 +275,30 @@ describe('artifacts (SPEC §1.6, §2.5, §4.8)', () => {
   });
 });
 
+describe('SPEC §4.14 headers on every kind of response', () => {
+  it('JSON, text, HTML, bytes, 304, HEAD, 202, 4xx and 404: each carries the three headers', async () => {
+    const done = (await submit({ code: 'open("/output/a.txt","w").write("a")' })).body.job_id as string;
+    await result(done, 'wait=true&timeout=30');
+    const responses: [string, Response][] = [
+      ['202 submission', await svc.post('/execute/async', { code: 'print(1)' }, { 'x-correlation-id': 'corr-1' })],
+      ['health', await svc.get('/health', { 'x-correlation-id': 'corr-1' })],
+      ['metrics (text)', await svc.get('/metrics', { 'x-correlation-id': 'corr-1' })],
+      ['docs (html)', await svc.get('/docs', { 'x-correlation-id': 'corr-1' })],
+      ['artifact bytes', await svc.get(`/jobs/${done}/artifacts/a.txt`, { 'x-correlation-id': 'corr-1' })],
+      ['artifact 304', await svc.get(`/jobs/${done}/artifacts/a.txt`, { 'x-correlation-id': 'corr-1', 'if-none-match': '*' })],
+      ['artifact HEAD', await svc.app.request(`/jobs/${done}/artifacts/a.txt`, { method: 'HEAD', headers: { 'x-correlation-id': 'corr-1' } })],
+      ['400', await svc.post('/execute/async', { code: '' }, { 'x-correlation-id': 'corr-1' })],
+      ['404 job', await svc.get('/jobs/nope', { 'x-correlation-id': 'corr-1' })],
+      ['404 route', await svc.get('/no/such/route', { 'x-correlation-id': 'corr-1' })],
+    ];
+    for (const [what, res] of responses) {
+      const h = { what, status: res.status, corr: res.headers.get('x-correlation-id'), nosniff: res.headers.get('x-content-type-options'), frame: res.headers.get('x-frame-options') };
+      expect(h).toEqual({ what, status: res.status, corr: 'corr-1', nosniff: 'nosniff', frame: 'DENY' });
+    }
+    expect(responses.map(([, r]) => r.status)).toEqual([202, 200, 200, 200, 200, 304, 200, 400, 404, 404]);
+  });
+});
+
 describe('operations', () => {
   it('GET /pool/stats, /metrics, /openapi.json, /docs', async () => {
     const p = await json(svc.get('/pool/stats'));
