@@ -98,7 +98,8 @@ export class Executions {
     this.now = o.now ?? (() => new Date());
     this.workerId = o.workerId ?? `${hostname()}/${process.pid}/${randomBytes(4).toString('hex')}`;
     this.heartbeatMs = o.heartbeatMs ?? 2000;
-    this.inserts = new Batcher((rows) => insertExecutions(this.db.kysely, rows));
+    // The insert itself wakes the dispatchers (all processes).
+    this.inserts = new Batcher((rows) => insertExecutions(this.db.kysely, rows, QUEUED_CHANNEL));
   }
 
   /**
@@ -179,7 +180,8 @@ export class Executions {
       if (existing) return this.sameKey(existing, row.payload_hash ?? null);
     }
     await this.ensureQueueRoom();
-    const res = row.idempotency_key ? await insertIdempotent(this.db.kysely, row) : { row: await this.inserts.add(row), created: true };
+    if (!row.idempotency_key) return { row: await this.inserts.add(row), created: true };
+    const res = await insertIdempotent(this.db.kysely, row);
     if (!res.created) return this.sameKey(res.row, row.payload_hash ?? null);
     this.notifyQueued();
     return res;
