@@ -37,10 +37,13 @@ import { inputJsonOf } from './views.ts';
 
 /** NOTIFY channel: an execution reached a terminal status (payload: id). */
 export const DONE_CHANNEL = 'sandpod_done';
-/** NOTIFY channel: work was queued (payload: id). */
+/** NOTIFY channel: work was queued (empty payload: a wake-up; dispatchers claim from the table). */
 export const QUEUED_CHANNEL = 'sandpod_queued';
 /** NOTIFY channel: cancellation of a running execution was requested (payload: id). */
 export const CANCEL_CHANNEL = 'sandpod_cancel';
+
+/** What a submission answers with: the job's identity and lineage, not its whole record. */
+export type SubmittedJob = Pick<ExecutionRow, 'id' | 'status' | 'job_type' | 'created_at' | 'idempotency_key' | 'parent_execution_id' | 'relationship'>;
 
 /** How long a queue depth count is reused while far from `max_queue_size`. */
 const DEPTH_TTL_MS = 200;
@@ -88,7 +91,7 @@ export class Executions {
   private depth = { value: 0, at: 0 };
   private readonly queuedNotify = { inFlight: false, again: false };
   /** Concurrent async submissions share one INSERT. */
-  private readonly inserts: Batcher<NewExecutionRow, ExecutionRow>;
+  private readonly inserts: Batcher<NewExecutionRow, undefined>;
   private unlistenCancel: (() => Promise<void>) | null = null;
   readonly heartbeatMs: number;
 
@@ -99,7 +102,10 @@ export class Executions {
     this.workerId = o.workerId ?? `${hostname()}/${process.pid}/${randomBytes(4).toString('hex')}`;
     this.heartbeatMs = o.heartbeatMs ?? 2000;
     // The insert itself wakes the dispatchers (all processes).
-    this.inserts = new Batcher((rows) => insertExecutions(this.db.kysely, rows, QUEUED_CHANNEL));
+    this.inserts = new Batcher(async (rows) => {
+      await insertExecutions(this.db.kysely, rows, QUEUED_CHANNEL);
+      return rows.map(() => undefined);
+    });
   }
 
   /**
@@ -171,7 +177,7 @@ export class Executions {
    * Queues a submission (SPEC §4.2). With an idempotency key: the same payload returns the existing
    * job; a different payload is a 409 naming it.
    */
-  async submitAsync(s: Submission, meta: RequestMeta, lineage?: { parentId: string; relationship: 'rerun' | 'fork' }): Promise<{ row: ExecutionRow; created: boolean }> {
+  async submitAsync(s: Submission, meta: RequestMeta, lineage?: { parentId: string; relationship: 'rerun' | 'fork' }): Promise<{ row: SubmittedJob; created: boolean }> {
     const row = buildRow(this.o.config, this.o.registry, s, { mode: 'async', status: 'queued', meta, now: this.now(), ...lineage });
     // A replay of a known key returns its job even when the queue is full, so look before admission;
     // insertIdempotent below still settles the race between concurrent first submissions.
@@ -180,7 +186,11 @@ export class Executions {
       if (existing) return this.sameKey(existing, row.payload_hash ?? null);
     }
     await this.ensureQueueRoom();
-    if (!row.idempotency_key) return { row: await this.inserts.add(row), created: true };
+    if (!row.idempotency_key) {
+      await this.inserts.add(row);
+      const { id, status, job_type, created_at, parent_execution_id = null, relationship = null } = row;
+      return { row: { id, status, job_type, created_at: created_at as Date, idempotency_key: null, parent_execution_id, relationship }, created: true };
+    }
     const res = await insertIdempotent(this.db.kysely, row);
     if (!res.created) return this.sameKey(res.row, row.payload_hash ?? null);
     this.notifyQueued();
@@ -241,14 +251,14 @@ export class Executions {
   }
 
   /** Re-runs a finished job with the same code, input, job type and settings (SPEC §4.6). */
-  async rerun(id: string, meta: RequestMeta): Promise<ExecutionRow> {
+  async rerun(id: string, meta: RequestMeta): Promise<SubmittedJob> {
     const parent = await this.mustGetFinished(id, 'rerun');
     const { row } = await this.submitAsync(this.submissionOf(parent), meta, { parentId: parent.id, relationship: 'rerun' });
     return row;
   }
 
   /** Forks a finished job: new code, the original input, job type and settings (SPEC §4.7). */
-  async fork(id: string, code: string, meta: RequestMeta): Promise<ExecutionRow> {
+  async fork(id: string, code: string, meta: RequestMeta): Promise<SubmittedJob> {
     const parent = await this.mustGetFinished(id, 'fork');
     const { row } = await this.submitAsync({ ...this.submissionOf(parent), code }, meta, { parentId: parent.id, relationship: 'fork' });
     return row;

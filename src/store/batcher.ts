@@ -13,8 +13,8 @@ export class Batcher<In, Out> {
    * @param flush writes a batch; must return one result per item, in order.
    * @param maxBatch the most items one flush takes.
    * @param maxInFlight the most flushes running at once. One by default: under load a larger batch
-   *   costs less CPU per row than overlapping round trips (measured with `make bench`'s acceptance
-   *   test: 1 in flight accepted the most submissions per second; 2, 4 and 8 fewer).
+   *   costs less CPU per row than overlapping round trips (`make bench`'s acceptance test: 1 in
+   *   flight did best with per-row parameters; with the array insert 1 and 2 are within noise).
    */
   constructor(
     private readonly flush: (items: In[]) => Promise<Out[]>,

@@ -4,6 +4,7 @@
 import { Hono } from 'hono';
 import * as v from 'valibot';
 import { AppError } from '../../errors.ts';
+import type { SubmittedJob } from '../../executions/service.ts';
 import { inputArtifactFiles, recordView } from '../../executions/views.ts';
 import { getArtifact, listArtifacts } from '../../store/artifacts.repository.ts';
 import type { ExecutionRow } from '../../store/database.ts';
@@ -137,7 +138,7 @@ export function jobRoutes(deps: AppDeps) {
   return app;
 }
 
-function lineageView(row: ExecutionRow) {
+function lineageView(row: SubmittedJob) {
   return {
     job_id: row.id,
     status: queueStatus(row.status),

@@ -1,6 +1,7 @@
 /**
- * The batched insert of async submissions: rows come back in the order given, and with a channel the
- * same statement wakes that channel's listeners — once per batch — on PostgreSQL and on PGlite.
+ * The batched insert of async submissions (one array per column through unnest): every column
+ * arrives as given, a batch is all or nothing, and with a channel the same statement wakes that
+ * channel's listeners — once per batch — on PostgreSQL and on PGlite.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDb, type Db, type NewExecutionRow } from '../../../src/store/database.ts';
@@ -23,7 +24,7 @@ afterAll(async () => {
   await database?.drop();
 });
 
-function row(id: string): NewExecutionRow {
+function row(id: string, extra: Partial<NewExecutionRow> = {}): NewExecutionRow {
   return {
     id,
     status: 'queued',
@@ -38,27 +39,57 @@ function row(id: string): NewExecutionRow {
     timeout_s: 30,
     startup_timeout_s: 60,
     requirements: JSON.stringify([]),
+    idempotency_key: null,
+    parent_execution_id: null,
+    created_at: new Date('2026-01-02T03:04:05.678Z'),
+    started_at: null,
+    attempts: 0,
+    ...extra,
   } as NewExecutionRow;
 }
 
 describe('insertExecutions', () => {
-  it('returns the rows in the order given, and the statement itself notifies the channel once', async () => {
+  it('writes every column of every row as given: text with quotes, braces and backslashes, JSON, numbers, times, nulls', async () => {
+    const awkward = 'print("a,b{c}\\d\'e")\n# NULL \u00e9\u4e2d\ud83d\ude00 "quoted" {"x": [1]}\n';
+    await insertExecutions(writer.kysely, [
+      row('t-1', { code: awkward, input_data: JSON.stringify({ nested: { list: [1, 'two', null], s: 'a"b\\c' } }), requirements: JSON.stringify(['numpy>=1.26,<2']) }),
+      row('t-2', { started_at: new Date('2026-01-02T03:04:06.000Z'), attempts: 1, parent_execution_id: 't-1', relationship: 'fork', timeout_s: 5 }),
+    ]);
+    const got = await listener.kysely.selectFrom('executions').selectAll().where('id', 'in', ['t-1', 't-2']).orderBy('id').execute();
+    expect(got.map((r) => r.id)).toEqual(['t-1', 't-2']);
+    expect(got[0]!.code).toBe(awkward);
+    expect(got[0]!.input_data).toEqual({ nested: { list: [1, 'two', null], s: 'a"b\\c' } });
+    expect(got[0]!.requirements).toEqual(['numpy>=1.26,<2']);
+    expect(new Date(got[0]!.created_at).toISOString()).toBe('2026-01-02T03:04:05.678Z');
+    expect([got[0]!.started_at, got[0]!.idempotency_key, got[0]!.parent_execution_id, got[0]!.stdout_truncated, got[0]!.cancel_requested]).toEqual([null, null, null, false, false]);
+    expect([new Date(got[1]!.started_at!).toISOString(), got[1]!.attempts, got[1]!.parent_execution_id, got[1]!.relationship, got[1]!.timeout_s]).toEqual([
+      '2026-01-02T03:04:06.000Z',
+      1,
+      't-1',
+      'fork',
+      5,
+    ]);
+  });
+
+  it('is all or nothing: a batch with a duplicate id inserts none of its rows', async () => {
+    await expect(insertExecutions(writer.kysely, [row('d-1'), row('t-1')])).rejects.toThrow();
+    expect(await listener.kysely.selectFrom('executions').select('id').where('id', '=', 'd-1').execute()).toEqual([]);
+  });
+
+  it('with a channel, the statement itself notifies it once; without, not at all', async () => {
     const got: string[] = [];
     const unlisten = await listener.listen('test_queued', (p) => got.push(p));
     try {
-      const out = await insertExecutions(writer.kysely, [row('b-2'), row('b-1'), row('b-3')], 'test_queued');
-      expect(out.map((r) => r.id)).toEqual(['b-2', 'b-1', 'b-3']);
-      expect(out.map((r) => r.status)).toEqual(['queued', 'queued', 'queued']);
-      expect(out.every((r) => !('_notified' in r))).toBe(true);
+      await insertExecutions(writer.kysely, [row('b-2'), row('b-1'), row('b-3')], 'test_queued');
       const end = Date.now() + 5_000;
       while (got.length === 0 && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
       await new Promise((r) => setTimeout(r, 200));
       // Identical payloads in one transaction are delivered once.
       expect(got).toEqual(['']);
-      // Without a channel: no notification.
       await insertExecutions(writer.kysely, [row('c-1')]);
       await new Promise((r) => setTimeout(r, 300));
       expect(got).toEqual(['']);
+      expect((await listener.kysely.selectFrom('executions').select('id').where('id', 'in', ['b-1', 'b-2', 'b-3', 'c-1']).execute()).length).toBe(4);
     } finally {
       await unlisten();
     }
