@@ -1,9 +1,10 @@
 /** The caller's address: the first `X-Forwarded-For` hop (set by the ingress), else the socket peer. */
 import { getConnInfo } from '@hono/node-server/conninfo';
 import type { Context } from 'hono';
+import { requestHeader } from './request-header.ts';
 
 export function clientIp(c: Context): string | null {
-  const xff = c.req.header('x-forwarded-for');
+  const xff = requestHeader(c, 'x-forwarded-for');
   if (xff) {
     const first = xff.split(',')[0]?.trim();
     if (first) return first.slice(0, 64);

@@ -1,9 +1,9 @@
 /** Edge validation helpers: JSON bodies and query strings through valibot, failing as 4xx. */
-import type { IncomingMessage } from 'node:http';
 import type { Context } from 'hono';
 import * as v from 'valibot';
 import { AppError } from '../errors.ts';
 import { formatValiIssues } from './errors.ts';
+import { incomingOf, requestHeader } from './request-header.ts';
 
 /**
  * The request body as text, at most `limit` bytes (413 beyond). On a real socket it is read straight
@@ -12,7 +12,7 @@ import { formatValiIssues } from './errors.ts';
  */
 export async function readBody(c: Context, limit: number): Promise<string> {
   const tooLarge = () => new AppError('payload_too_large', `request body exceeds ${limit} bytes`);
-  const incoming = (c.env as { incoming?: IncomingMessage } | undefined)?.incoming;
+  const incoming = incomingOf(c);
   if (!incoming) {
     const text = await c.req.text();
     if (Buffer.byteLength(text, 'utf8') > limit) throw tooLarge();
@@ -36,7 +36,7 @@ export async function jsonBody<S extends v.GenericSchema>(c: Context, schema: S,
   if (text.trim() === '') {
     if (!opts.optional) throw new AppError('bad_request', 'request body is empty; send a JSON object with Content-Type: application/json');
   } else {
-    const type = c.req.header('content-type') ?? '';
+    const type = requestHeader(c, 'content-type') ?? '';
     if (!/^application\/(.+\+)?json\b/i.test(type)) {
       throw new AppError('unsupported_media_type', `Content-Type must be application/json, got '${type || '(none)'}'`);
     }

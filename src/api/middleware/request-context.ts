@@ -6,13 +6,14 @@ import { randomUUID } from 'node:crypto';
 import type { Context, MiddlewareHandler } from 'hono';
 import type { Logger } from '../../logger.ts';
 import type { AppEnv } from '../deps.ts';
+import { requestHeader } from '../request-header.ts';
 
 const CORRELATION_RE = /^[A-Za-z0-9._:-]{1,128}$/;
 
 /** Sets `correlationId` and `logger`, and the SPEC §4.14 response headers. */
 export function requestContext(root: Logger): MiddlewareHandler<AppEnv> {
   return async (c, next) => {
-    const given = c.req.header('x-correlation-id');
+    const given = requestHeader(c, 'x-correlation-id');
     const id = given && CORRELATION_RE.test(given) ? given : randomUUID();
     const log = root.child({ correlation_id: id });
     c.set('correlationId', id);

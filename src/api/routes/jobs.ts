@@ -10,6 +10,7 @@ import { getArtifact, listArtifacts } from '../../store/artifacts.repository.ts'
 import type { ExecutionRow } from '../../store/database.ts';
 import { getExecution, queuePosition, TERMINAL_STATUSES } from '../../store/executions.repository.ts';
 import { clientIp } from '../client-ip.ts';
+import { requestHeader } from '../request-header.ts';
 import type { AppDeps, AppEnv } from '../deps.ts';
 import { requestSchemas } from '../schemas.ts';
 import { boolParam, intParam, jsonBody, query, viewParam } from '../validate.ts';
@@ -129,7 +130,7 @@ export function jobRoutes(deps: AppDeps) {
       'Content-Disposition': contentDisposition(name),
       'Cache-Control': 'private, max-age=0, must-revalidate',
     };
-    if (etagMatches(c.req.header('if-none-match'), file.sha256)) return c.body(null, 304, headers);
+    if (etagMatches(requestHeader(c, 'if-none-match'), file.sha256)) return c.body(null, 304, headers);
     headers['Content-Length'] = String(file.size);
     if (head) return c.body(null, 200, headers);
     return c.body(new Uint8Array(file.data ?? Buffer.alloc(0)), 200, headers);

@@ -230,6 +230,24 @@ describe('over a real socket', () => {
     expect(res.headers.get('x-frame-options')).toBe('DENY');
   });
 
+  it('reads request headers from the socket: correlation id, client IP, JSON content types, If-None-Match', async () => {
+    const post = (body: unknown, headers: Record<string, string>) => fetch(`${base}/execute/async`, { method: 'POST', headers, body: JSON.stringify(body) });
+    const res = await post({ code: 'open("/output/a.txt","w").write("a")' }, { 'content-type': 'application/json; charset=utf-8', 'x-correlation-id': 'sock-1', 'x-forwarded-for': '203.0.113.7, 10.0.0.1' });
+    expect(res.status).toBe(202);
+    expect(res.headers.get('x-correlation-id')).toBe('sock-1');
+    const id = ((await res.json()) as { job_id: string }).job_id;
+    const rec = (await (await fetch(`${base}/jobs/${id}/result?wait=true&timeout=30&view=full`)).json()) as Record<string, unknown>;
+    expect(rec.correlation_id).toBe('sock-1');
+    const client = await svc.db.kysely.selectFrom('executions').select('client_ip').where('id', '=', id).executeTakeFirstOrThrow();
+    expect(client.client_ip).toBe('203.0.113.7');
+    expect((await post({ code: 'print(1)' }, { 'content-type': 'text/plain' })).status).toBe(415);
+    expect((await post({ code: 'print(1)' }, { 'content-type': 'application/vnd.api+json' })).status).toBe(202);
+    const art = await fetch(`${base}/jobs/${id}/artifacts/a.txt`);
+    const etag = art.headers.get('etag')!;
+    expect((await fetch(`${base}/jobs/${id}/artifacts/a.txt`, { headers: { 'if-none-match': `"nope", ${etag}` } })).status).toBe(304);
+    expect((await fetch(`${base}/jobs/${id}/artifacts/a.txt`, { headers: { 'if-none-match': '"nope"' } })).status).toBe(200);
+  });
+
   it('refuses an oversized body from its Content-Length (413) and a chunked one while reading', async () => {
     const big = JSON.stringify({ code: 'x'.repeat(3 * 1024 * 1024) });
     const res = await fetch(`${base}/execute`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: big });
