@@ -5,7 +5,7 @@ NPM ?= npm
 VITEST := npx vitest run
 APT_PACKAGES_FILE := .ci/apt-packages.txt
 
-.PHONY: help deps system-deps run test test-unit test-pglite bench lint typecheck migrate clean
+.PHONY: help deps system-deps bench-deps run test test-unit test-pglite bench lint typecheck migrate clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -16,15 +16,23 @@ node_modules/.package-lock.json: package.json package-lock.json
 
 deps: node_modules/.package-lock.json ## Install npm dependencies (npm ci)
 
-system-deps: ## Install the Debian packages the sandbox needs (bubblewrap, runsc, ...) when missing
-	@missing=$$(for p in $$(grep -v '^#' $(APT_PACKAGES_FILE) 2>/dev/null || echo bubblewrap runsc); do \
+# Installs the Debian packages listed in a file (one per line, # comments) that are missing.
+define apt_install
+	@missing=$$(for p in $$(grep -v '^#' $(1) 2>/dev/null); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then echo "installing: $$missing"; \
 	    (apt-get install -y --no-install-recommends $$missing >/dev/null 2>&1 || \
 	     (apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing)); \
-	  else echo "missing Debian packages (run as root or: sudo apt-get install $$missing): the best sandbox may be unavailable"; fi; \
+	  else echo "missing Debian packages (run as root or: sudo apt-get install $$missing): $(2)"; fi; \
 	fi
+endef
+
+system-deps: ## Install the Debian packages the sandbox needs (bubblewrap, runsc, ...) when missing
+	$(call apt_install,$(APT_PACKAGES_FILE),the best sandbox may be unavailable)
+
+bench-deps: ## Install the benchmark's own tools (wrk) when missing
+	$(call apt_install,.ci/bench-packages.txt,the benchmark falls back to its Node load generator)
 
 run: deps system-deps ## Start the service on the embedded default (PGlite + best local sandbox) on :8000
 	node --import tsx src/main.ts
@@ -39,7 +47,7 @@ test: deps system-deps ## Run the whole suite: against PostgreSQL, then the data
 test-unit: deps ## Unit tests only (fast, no sandbox or database)
 	$(VITEST) test/unit
 
-bench: deps system-deps ## Benchmarks with a report against the bare floor measured in the same run
+bench: deps system-deps bench-deps ## Benchmarks with a report against the bare floor measured in the same run
 	npx tsx bench/run.ts
 
 typecheck: deps ## TypeScript strict check

@@ -22,6 +22,7 @@ import path from 'node:path';
 import { parseConfig, type Config } from '../src/config.ts';
 import { silentLogger } from '../src/logger.ts';
 import { createService, listen } from '../src/main.ts';
+import { which } from '../src/runtime/local/engines.ts';
 import { detectEngines, measureBareFloor, type EngineName } from '../src/runtime/local/index.ts';
 import { freshDatabase, type TestDatabase } from '../test/support/db.ts';
 import { seedHistory } from '../test/support/seed.ts';
@@ -29,6 +30,7 @@ import { ms, quantile } from './stats.ts';
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 200);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
+const WRK = which('wrk');
 const ONLY = new Set((process.env.BENCH_ONLY ?? 'sync,accept,throughput,kubernetes,history').split(','));
 const lines: string[] = [];
 const say = (s = '') => {
@@ -112,7 +114,7 @@ async function acceptance(): Promise<void> {
   const bareLoad = await runLoad(bare.url, concurrency);
   const bareRate = bareLoad.ok / bareLoad.seconds;
   await bare.close();
-  say(`${concurrency} concurrent keep-alive clients in a separate process, ${SECONDS} s after 1 s warm-up; ${load.other} non-202 answers.`);
+  say(`${concurrency} concurrent keep-alive connections from ${WRK ? 'wrk (one thread)' : 'bench/load.ts (Node; install wrk for a lighter load generator)'} in a separate process, ${SECONDS} s after 1 s warm-up; ${load.other} non-202 answers or socket errors.`);
   say('');
   say(`| bare node:http 202 | accepted/s | share | target | verdict |`);
   say('|---|---|---|---|---|');
@@ -122,10 +124,33 @@ async function acceptance(): Promise<void> {
   await db.drop();
 }
 
-function runLoad(url: string, concurrency: number): Promise<{ ok: number; other: number; seconds: number }> {
-  return new Promise((resolve, reject) => {
-    execFile(process.execPath, ['--import', 'tsx', 'bench/load.ts', url, String(concurrency), String(SECONDS), '1'], (err, stdout) => (err ? reject(err) : resolve(JSON.parse(stdout))));
-  });
+/**
+ * Drives `url` with `concurrency` keep-alive connections for SECONDS after a 1 s warm-up. wrk (C,
+ * one thread) when installed — `make bench` installs it — so the load generator takes as little as
+ * possible of the two cores the service and PostgreSQL share; else bench/load.ts (Node), which
+ * costs the service a good part of a core. The report says which one ran.
+ */
+async function runLoad(url: string, concurrency: number): Promise<{ ok: number; other: number; seconds: number }> {
+  const run = (file: string, args: string[]) =>
+    new Promise<string>((resolve, reject) => execFile(file, args, (err, stdout) => (err ? reject(err) : resolve(stdout))));
+  if (!WRK) return JSON.parse(await run(process.execPath, ['--import', 'tsx', 'bench/load.ts', url, String(concurrency), String(SECONDS), '1'])) as { ok: number; other: number; seconds: number };
+  const wrk = (seconds: number) => run(WRK!, ['-t1', `-c${concurrency}`, `-d${seconds}s`, '-s', 'bench/post.lua', url]);
+  await wrk(1);
+  const out = await wrk(SECONDS);
+  const total = Number(/(\d+) requests in/.exec(out)?.[1]);
+  const seconds = parseDuration(/requests in ([\d.]+\w+),/.exec(out)?.[1] ?? `${SECONDS}s`);
+  if (!Number.isFinite(total)) throw new Error(`cannot read wrk's output:\n${out}`);
+  const non2xx = Number(/Non-2xx or 3xx responses: (\d+)/.exec(out)?.[1] ?? 0);
+  const sock = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(out);
+  const socketErrors = sock ? sock.slice(1).reduce((a, b) => a + Number(b), 0) : 0;
+  return { ok: total - non2xx, other: non2xx + socketErrors, seconds };
+}
+
+/** wrk's durations: 5.00s, 999.12ms, 1.00m. */
+function parseDuration(s: string): number {
+  const m = /^([\d.]+)(us|ms|s|m)$/.exec(s);
+  if (!m) return SECONDS;
+  return Number(m[1]) * ({ us: 1e-6, ms: 1e-3, s: 1, m: 60 } as Record<string, number>)[m[2]!]!;
 }
 
 async function bareHttpServer(): Promise<{ url: string; close: () => Promise<void> }> {
