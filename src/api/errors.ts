@@ -7,6 +7,7 @@ import { HTTPException } from 'hono/http-exception';
 import * as v from 'valibot';
 import { AppError } from '../errors.ts';
 import type { AppEnv } from './deps.ts';
+import { securityHeaders } from './middleware/request-context.ts';
 
 /** Builds the error response for `err`. */
 export function errorResponse(err: unknown, c: Context<AppEnv>): Response {
@@ -27,9 +28,7 @@ export function errorResponse(err: unknown, c: Context<AppEnv>): Response {
     body = { detail: `internal error; quote correlation id ${correlationId} when reporting it`, code: 'internal_error' };
   }
   const res = c.json({ ...body, correlation_id: correlationId }, status as 400);
-  res.headers.set('X-Correlation-ID', correlationId);
-  res.headers.set('X-Content-Type-Options', 'nosniff');
-  res.headers.set('X-Frame-Options', 'DENY');
+  for (const [k, v] of securityHeaders(correlationId)) res.headers.set(k, v);
   return res;
 }
 

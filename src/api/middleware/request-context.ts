@@ -31,15 +31,20 @@ export function requestContext(root: Logger): MiddlewareHandler<AppEnv> {
  * stream-bodied one: several times the cost of the request on the async hot path.)
  */
 function setHeaders(c: Context<AppEnv>, id: string): void {
-  const headers: [string, string][] = [
-    ['X-Correlation-ID', id],
-    ['X-Content-Type-Options', 'nosniff'],
-    ['X-Frame-Options', 'DENY'],
-  ];
+  const headers = securityHeaders(id);
   try {
     for (const [k, v] of headers) c.res.headers.set(k, v);
   } catch {
     // Immutable headers (a response passed through from fetch()): let hono rebuild it.
     for (const [k, v] of headers) c.header(k, v);
   }
+}
+
+/** The SPEC §4.14 response headers for a request with correlation id `id`. */
+export function securityHeaders(id: string): [string, string][] {
+  return [
+    ['X-Correlation-ID', id],
+    ['X-Content-Type-Options', 'nosniff'],
+    ['X-Frame-Options', 'DENY'],
+  ];
 }
