@@ -723,9 +723,8 @@ export function spawnProc(file: string, args: string[], env: Record<string, stri
   const fds = fdFiles.map((f) => openSync(f, 'r'));
   const leaked = inheritedFds();
   const devNull = leaked.length > 0 ? openSync('/dev/null', 'r') : -1;
-  if (devNull >= 0) fds.push(devNull);
   try {
-    const stdio = coverInheritedFds<'pipe'>([stdinPipe ? 'pipe' : 'ignore', 'pipe', 'pipe', ...fds.slice(0, fdFiles.length)], devNull, leaked);
+    const stdio = coverInheritedFds<'pipe'>([stdinPipe ? 'pipe' : 'ignore', 'pipe', 'pipe', ...fds], devNull, leaked);
     const child = spawn(file, args, { env, stdio, detached: true, ...(cwd ? { cwd } : {}) });
     let spawnError: string | null = null;
     child.on('error', (err) => {
@@ -737,6 +736,7 @@ export function spawnProc(file: string, args: string[], env: Record<string, stri
     return { child, closed };
   } finally {
     for (const fd of fds) closeSync(fd);
+    if (devNull >= 0) closeSync(devNull);
   }
 }
 
