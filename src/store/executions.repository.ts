@@ -16,7 +16,7 @@ export async function insertExecution(db: Q, row: NewExecutionRow): Promise<Exec
 }
 
 /** Column types of `executions` that are not `text` (for the array casts of {@link insertExecutions}). */
-const EXECUTION_COLUMN_TYPES: Partial<Record<keyof ExecutionsTable, string>> = {
+export const EXECUTION_COLUMN_TYPES: Partial<Record<keyof ExecutionsTable, string>> = {
   input_data: 'jsonb',
   requirements: 'jsonb',
   output: 'jsonb',

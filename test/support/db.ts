@@ -9,6 +9,8 @@ import { chmodSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
+import { createDb, type Db } from '../../src/store/database.ts';
+import { migrateToLatest } from '../../src/store/migrate.ts';
 
 const ADMIN_URL = process.env.SANDPOD_TEST_PG ?? 'postgres://postgres@127.0.0.1:5432/test';
 
@@ -72,6 +74,24 @@ export async function freshDatabase(): Promise<TestDatabase> {
       await a.connect();
       await a.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`).catch(() => {});
       await a.end();
+    },
+  };
+}
+
+/**
+ * Two handles on one migrated database, as two processes would hold them: `listener` and `writer`
+ * are separate pools on PostgreSQL; on PGlite (one process's database) they are the same handle.
+ */
+export async function connectionPair(database: TestDatabase): Promise<{ listener: Db; writer: Db; close(): Promise<void> }> {
+  const listener = await createDb({ url: database.url, workspace: database.workspace });
+  await migrateToLatest(listener.kysely);
+  const writer = database.url ? await createDb({ url: database.url, workspace: database.workspace }) : listener;
+  return {
+    listener,
+    writer,
+    async close() {
+      if (writer !== listener) await writer.destroy();
+      await listener.destroy();
     },
   };
 }

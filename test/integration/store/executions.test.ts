@@ -4,23 +4,21 @@
  * channel's listeners — once per batch — on PostgreSQL and on PGlite.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createDb, type Db, type NewExecutionRow } from '../../../src/store/database.ts';
-import { insertExecutions } from '../../../src/store/executions.repository.ts';
-import { migrateToLatest } from '../../../src/store/migrate.ts';
-import { freshDatabase, type TestDatabase } from '../../support/db.ts';
+import { sql } from 'kysely';
+import type { Db, NewExecutionRow } from '../../../src/store/database.ts';
+import { EXECUTION_COLUMN_TYPES, insertExecutions } from '../../../src/store/executions.repository.ts';
+import { connectionPair, freshDatabase, type TestDatabase } from '../../support/db.ts';
 
 let database: TestDatabase;
 let listener: Db;
 let writer: Db;
+let closePair: () => Promise<void>;
 beforeAll(async () => {
   database = await freshDatabase();
-  listener = await createDb({ url: database.url, workspace: database.workspace });
-  await migrateToLatest(listener.kysely);
-  writer = database.url ? await createDb({ url: database.url, workspace: database.workspace }) : listener;
+  ({ listener, writer, close: closePair } = await connectionPair(database));
 });
 afterAll(async () => {
-  if (writer !== listener) await writer?.destroy();
-  await listener?.destroy();
+  await closePair?.();
   await database?.drop();
 });
 
@@ -49,6 +47,14 @@ function row(id: string, extra: Partial<NewExecutionRow> = {}): NewExecutionRow 
 }
 
 describe('insertExecutions', () => {
+  it("casts each column to the table's own type: the map of non-text columns matches the schema", async () => {
+    const cols = await sql<{ column_name: string; data_type: string }>`
+      SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'executions' AND data_type <> 'text'`.execute(listener.kysely);
+    const pgName: Record<string, string> = { 'timestamp with time zone': 'timestamptz' };
+    const fromSchema = Object.fromEntries(cols.rows.map((c) => [c.column_name, pgName[c.data_type] ?? c.data_type]));
+    expect(EXECUTION_COLUMN_TYPES).toEqual(fromSchema);
+  });
+
   it('writes every column of every row as given: text with quotes, braces and backslashes, JSON, numbers, times, nulls', async () => {
     const awkward = 'print("a,b{c}\\d\'e")\n# NULL \u00e9\u4e2d\ud83d\ude00 "quoted" {"x": [1]}\n';
     await insertExecutions(writer.kysely, [

@@ -7,21 +7,19 @@ import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DONE_CHANNEL } from '../../../src/executions/service.ts';
 import { CompletionWaiter } from '../../../src/executions/waiter.ts';
-import { createDb, type Db } from '../../../src/store/database.ts';
-import { migrateToLatest } from '../../../src/store/migrate.ts';
-import { freshDatabase, type TestDatabase } from '../../support/db.ts';
+import type { Db } from '../../../src/store/database.ts';
+import { connectionPair, freshDatabase, type TestDatabase } from '../../support/db.ts';
 import { seedHistory } from '../../support/seed.ts';
 
 let database: TestDatabase;
 let listener: Db;
 let writer: Db;
+let closePair: () => Promise<void>;
 let waiter: CompletionWaiter;
 beforeAll(async () => {
   database = await freshDatabase();
-  listener = await createDb({ url: database.url, workspace: database.workspace });
-  await migrateToLatest(listener.kysely);
   // PostgreSQL: a second pool, as another process; PGlite is one process's database.
-  writer = database.url ? await createDb({ url: database.url, workspace: database.workspace }) : listener;
+  ({ listener, writer, close: closePair } = await connectionPair(database));
   await seedHistory(listener.kysely, 2);
   await sql`UPDATE executions SET status = 'running'`.execute(listener.kysely);
   waiter = new CompletionWaiter(listener);
@@ -29,8 +27,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await waiter?.stop();
-  if (writer !== listener) await writer?.destroy();
-  await listener?.destroy();
+  await closePair?.();
   await database?.drop();
 });
 
