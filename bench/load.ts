@@ -1,7 +1,8 @@
 /**
  * Load generator for the acceptance benchmark, run as its own process so it does not share the
  * service's event loop: keep-alive `node:http` clients POSTing one body in a closed loop.
- * Usage: load.ts URL CONCURRENCY SECONDS WARMUP_SECONDS; prints {"ok":N,"other":N,"seconds":S}.
+ * Usage: load.ts URL CONCURRENCY SECONDS WARMUP_SECONDS; prints {"ok":N,"other":N,"seconds":S,"warmup_ok":N}
+ * (ok and other count the measured seconds; warmup_ok the 202s before them).
  */
 import http from 'node:http';
 
@@ -27,18 +28,19 @@ function once(): Promise<number> {
   });
 }
 
-async function loop(until: number, count: { ok: number; other: number } | null): Promise<void> {
+async function loop(until: number, count: { ok: number; other: number }): Promise<void> {
   while (performance.now() < until) {
     const status = await once();
-    if (count) status === 202 ? count.ok++ : count.other++;
+    status === 202 ? count.ok++ : count.other++;
   }
 }
 
 const warmEnd = performance.now() + warmup * 1000;
-await Promise.all(Array.from({ length: concurrency }, () => loop(warmEnd, null)));
+const warm = { ok: 0, other: 0 };
+await Promise.all(Array.from({ length: concurrency }, () => loop(warmEnd, warm)));
 const count = { ok: 0, other: 0 };
 const t0 = performance.now();
 await Promise.all(Array.from({ length: concurrency }, () => loop(t0 + seconds * 1000, count)));
 const elapsed = (performance.now() - t0) / 1000;
-process.stdout.write(`${JSON.stringify({ ...count, seconds: elapsed })}\n`);
+process.stdout.write(`${JSON.stringify({ ...count, seconds: elapsed, warmup_ok: warm.ok })}\n`);
 agent.destroy();
