@@ -208,6 +208,22 @@ print('unshare', libc.unshare(0x10000000), ctypes.get_errno())
       expect(r.stdout).toMatch(/unshare -1 (1|22)\n/);
     });
 
+    it('lets the program start threads and processes under the syscall filter', async () => {
+      const r = await run(`
+import concurrent.futures, subprocess, threading
+got = []
+t = threading.Thread(target=got.append, args=('thread',))
+t.start()
+t.join()
+with concurrent.futures.ThreadPoolExecutor(4) as ex:
+    got.append(sum(ex.map(lambda x: x * x, range(10))))
+got.append(subprocess.run(['/usr/bin/python3', '-c', 'print("child")'], capture_output=True, text=True).stdout.strip())
+print(got)
+`);
+      expect(r.stderr).toBe('');
+      expect(r.stdout).toBe("['thread', 285, 'child']\n");
+    });
+
     it('has no network: loopback service of the host and an outside address are unreachable', async () => {
       const srv = await listen();
       try {
