@@ -7,6 +7,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import * as v from 'valibot';
 import YAML from 'yaml';
+import { isHostPattern } from './jobtypes/host-patterns.ts';
 
 const MEMORY_RE = /^\d+(\.\d+)?\s*([kKmMgG]i?|[bB])?$/;
 
@@ -20,7 +21,10 @@ export const MemorySchema = v.pipe(
 /** Network mode of a job type: none, or a bridge with an allow-list of host patterns. */
 export const NetworkSchema = v.object({
   mode: v.optional(v.picklist(['none', 'bridge']), 'none'),
-  allowed_hosts: v.optional(v.array(v.pipe(v.string(), v.minLength(1))), []),
+  allowed_hosts: v.optional(
+    v.array(v.pipe(v.string(), v.check(isHostPattern, 'must be a host pattern: a name, *.domain, * or an IP address, optionally with :port'))),
+    [],
+  ),
 });
 
 /** Job type (SPEC §2.7) as declared in configuration. */

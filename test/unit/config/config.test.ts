@@ -75,6 +75,17 @@ describe('config', () => {
     expect(jobRef(over.get('default')!)).toMatch(/^default@sha256:[0-9a-f]{64}$/);
     expect(jobRef(over.get('default')!)).not.toBe(jobRef(base.get('default')!));
   });
+
+  it('takes allowed_hosts patterns and refuses anything else, naming the entry', () => {
+    const hosts = ['api.github.com', '*.example.com', '*', '203.0.113.7', '2001:db8::1', 'pypi.org:443', '[2001:db8::1]:8443'];
+    const c = parseConfig({ job_types: [{ name: 'web', network: { mode: 'bridge', allowed_hosts: hosts } }] }, {});
+    expect(new FileJobTypeRegistry(c).get('web')?.network.allowedHosts).toEqual(hosts);
+    for (const bad of ['http://x.com', 'a b', '*x.com', 'x.*', '', 'x..com', 'x.com:0', 'x.com:99999', '[x.com]:80']) {
+      expect(() => parseConfig({ job_types: [{ name: 'web', network: { mode: 'bridge', allowed_hosts: [bad] } }] }, {}), bad).toThrow(
+        /job_types\.0\.network\.allowed_hosts\.0: must be a host pattern/,
+      );
+    }
+  });
 });
 
 describe('config with the kubernetes runtime', () => {
