@@ -25,6 +25,10 @@ CLI
                             (repeatable; NAME one of fsize, nproc, nofile, as, core, cpu, stack)
     --cwd DIR               working directory of the program (default: the runner's)
     --tmp DIR               scratch directory named by HOME and TMPDIR (default /tmp)
+    --egress-proxy PATH     the run's network is an HTTP proxy on the Unix socket PATH (the sandbox has no
+                            other network): the runner listens on a loopback port, relays each connection
+                            to PATH, and sets HTTP_PROXY, HTTPS_PROXY and ALL_PROXY (and their lower-case
+                            forms) to it in the program's environment. Not with --exec.
     --exec                  run the program in the runner's own process instead of a forked child, for
                             runtimes that watch the sandbox themselves: no --timeout, no stream capture
                             (after the phase marker the program writes to the runner's stdout/stderr),
@@ -92,6 +96,7 @@ class Args:
     tmp = '/tmp'
     reexeced = False
     exec_mode = False
+    egress_proxy = None
 
     def __init__(self):
         self.env = []
@@ -108,7 +113,7 @@ def parse_args(argv):
     a = Args()
     i = 0
     valued = {'--code', '--input', '--output', '--timeout', '--max-stream-bytes', '--phase-fd', '--env',
-              '--python-path', '--rlimit', '--cwd', '--tmp'}
+              '--python-path', '--rlimit', '--cwd', '--tmp', '--egress-proxy'}
     while i < len(argv):
         opt = argv[i]
         val = None
@@ -147,6 +152,8 @@ def parse_args(argv):
                 a.cwd = val
             elif opt == '--tmp':
                 a.tmp = val
+            elif opt == '--egress-proxy':
+                a.egress_proxy = val
             elif opt == '--tee':
                 a.tee = True
             elif opt == '--exec':
@@ -352,6 +359,62 @@ def to_json(v):
     return to_json(str(v))
 
 
+def open_relay():
+    """The loopback listener the program's proxy variables name (bound before the fork, so the child
+    knows its port)."""
+    import socket
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(('127.0.0.1', 0))
+    s.listen(64)
+    return s
+
+
+def start_relay(listener, uds_path):
+    """Relays each connection to the listener to a new connection to the Unix socket `uds_path`, in
+    daemon threads of the runner (after the fork: the program's process has no threads)."""
+    import socket
+    import threading
+
+    def pump(src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        try:
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def serve(conn):
+        up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            up.connect(uds_path)
+        except OSError:
+            conn.close()
+            up.close()
+            return
+        t = threading.Thread(target=pump, args=(up, conn), daemon=True)
+        t.start()
+        pump(conn, up)
+        t.join()
+        conn.close()
+        up.close()
+
+    def accept_loop():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept_loop, daemon=True).start()
+
+
 def close_stray_fds(keep):
     """Closes every fd above 2 but `keep`: the program gets stdio and nothing its launcher leaked.
     (Where /proc/self/fd cannot be listed, as under gVisor, the host's fds are not visible anyway.)"""
@@ -388,7 +451,11 @@ def main():
             die('cannot re-exec with a clean environment: %s' % e)
 
     if a.exec_mode:
+        if a.egress_proxy:
+            die('--egress-proxy needs the forking mode (not --exec)')
         run_in_process(a)
+
+    relay = open_relay() if a.egress_proxy else None
 
     import gc
     import resource  # noqa: F401 — os.wait4 imports it for its result; imported once, before the fork
@@ -429,6 +496,13 @@ def main():
     if pid == 0:
         for fd in (wake_r, wake_w, out_r, err_r, info_r):
             os.close(fd)
+        if relay is not None:
+            url = 'http://127.0.0.1:%d' % relay.getsockname()[1]
+            relay.close()
+            for k in ('NO_PROXY', 'no_proxy'):
+                os.environ.pop(k, None)
+            for k in ('HTTP_PROXY', 'HTTPS_PROXY', 'ALL_PROXY', 'http_proxy', 'https_proxy', 'all_proxy'):
+                os.environ[k] = url
         if a.phase_fd > 2:
             try:
                 os.close(a.phase_fd)
@@ -439,6 +513,8 @@ def main():
     os.close(out_w)
     os.close(err_w)
     os.close(info_w)
+    if relay is not None:
+        start_relay(relay, a.egress_proxy)
     if a.phase_fd > 2:
         try:
             os.close(a.phase_fd)

@@ -2,7 +2,7 @@
  * runner.py on its own (the same file every runtime runs), driven directly with the system Python:
  * exit-code conventions, CPython-identical tracebacks, SystemExit, the timeout, the clean environment.
  */
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -148,4 +148,45 @@ describe('runner.py', () => {
   it('fails with 125 on a bad argument', () => {
     expect(runRunner('print(1)', ['--bogus']).status).toBe(125);
   });
+
+  it('--egress-proxy relays the proxy port it names in the environment to the Unix socket', async () => {
+    mkdirSync('/tmp/sandpod-test', { recursive: true });
+    const sock = path.join(mkdtempSync(path.join('/tmp/sandpod-test', 'uds-')), 'proxy.sock');
+    // A stand-in for the service's proxy (a separate process: the runner is driven synchronously).
+    const server = spawn(PY, ['-c', UDS_ECHO, sock], { stdio: ['ignore', 'pipe', 'inherit'] });
+    await new Promise<void>((resolve) => server.stdout!.once('data', () => resolve()));
+    try {
+      const code = `
+import os, urllib.request
+print(sorted(k for k in os.environ if 'proxy' in k.lower()))
+print(os.environ['HTTP_PROXY'] == os.environ['https_proxy'] == os.environ['ALL_PROXY'])
+print(urllib.request.urlopen('http://api.example.test/x?y=1', timeout=10).read().decode())
+`;
+      const r = runRunner(code, ['--egress-proxy', sock, '--env', 'NO_PROXY=*']);
+      expect(r.stderr).toBe('');
+      expect(r.status).toBe(0);
+      expect(r.stdout).toBe(
+        "['ALL_PROXY', 'HTTPS_PROXY', 'HTTP_PROXY', 'all_proxy', 'http_proxy', 'https_proxy']\nTrue\nvia uds: GET http://api.example.test/x?y=1 HTTP/1.1\n",
+      );
+    } finally {
+      server.kill();
+    }
+    expect(runRunner('print(1)', ['--egress-proxy', sock, '--exec']).status).toBe(125);
+  });
 });
+
+/** Answers one HTTP request on the Unix socket argv[1] with its request line. */
+const UDS_ECHO = `
+import os, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(1)
+print('ready', flush=True)
+c, _ = s.accept()
+head = b''
+while b'\\r\\n\\r\\n' not in head:
+    head += c.recv(4096)
+body = b'via uds: ' + head.split(b'\\r\\n')[0]
+c.sendall(b'HTTP/1.0 200 OK\\r\\nContent-Length: %d\\r\\n\\r\\n' % len(body) + body)
+c.close()
+`;
