@@ -42,8 +42,9 @@ import { detectCgroups, type CgroupSupport, type RunCgroup } from './cgroups.ts'
 import { collectOutputs, readReport, readStream } from './collect.ts';
 import { DepsCache, depsKey, invalidRequirement, normalizeRequirements, type InstallOutcome } from './deps.ts';
 import { candidateEngines, engineInstalled, findEngineBinaries, type EngineBinaries, type EngineName } from './engines.ts';
+import { EgressProxy, type Lookup } from './egress-proxy.ts';
 import { compileSeccompBpf } from './seccomp.ts';
-import { SandboxHost, WRAPPER_FAILED_EXIT, type Launch, type Mount, type SandboxSpec } from './sandbox.ts';
+import { EGRESS_DIR, SandboxHost, WRAPPER_FAILED_EXIT, type Launch, type Mount, type SandboxSpec } from './sandbox.ts';
 import { Spawner, type RunProc, type SpawnedProc } from './spawner.ts';
 import { coverInheritedFds, inheritedFds } from '../../util/inherited-fds.ts';
 
@@ -71,12 +72,17 @@ export interface LocalRuntimeLogger {
 /** Options of {@link createLocalRuntime}. */
 export interface LocalRuntimeOptions {
   logger?: LocalRuntimeLogger;
+  /** Name resolution of the egress proxy (tests: this machine resolves no public names). */
+  egressLookup?: Lookup;
 }
 
 /** The local runtime; `engine` is known after `start()`. */
 export interface LocalRuntime extends Runtime {
   readonly engine: EngineName | null;
 }
+
+/** Longest Unix socket path Linux takes (sun_path is 108 bytes with its NUL). */
+const MAX_UNIX_PATH = 107;
 
 const SILENT: LocalRuntimeLogger = { info() {}, warn() {}, error() {} };
 
@@ -94,7 +100,7 @@ export function instanceRoot(config: Pick<Config, 'workspace'>): { root: string;
  * mode that means gVisor is missing or broken.
  */
 export function createLocalRuntime(config: Config, options: LocalRuntimeOptions = {}): LocalRuntime {
-  return new LocalRuntimeImpl(config, options.logger ?? SILENT);
+  return new LocalRuntimeImpl(config, options.logger ?? SILENT, options.egressLookup);
 }
 
 interface Prepared {
@@ -124,6 +130,7 @@ class LocalRuntimeImpl implements LocalRuntime {
   constructor(
     private readonly config: Config,
     private readonly log: LocalRuntimeLogger,
+    private readonly egressLookup?: Lookup,
   ) {
     this.bins = findEngineBinaries(config);
     this.warmTarget = Math.min(Math.max(config.max_workers, 1), 8);
@@ -269,6 +276,7 @@ class LocalRuntimeImpl implements LocalRuntime {
     const dir = path.join(p.runsDir, runId);
     const startupDeadline = t0 + spec.startupTimeoutSec * 1000;
     let cgroup: RunCgroup | null = null;
+    let egress: EgressProxy | null = null;
     try {
       mkdirSync(path.join(dir, 'code'), { recursive: true, mode: 0o755 });
       mkdirSync(path.join(dir, 'input'), { mode: 0o755 });
@@ -308,6 +316,25 @@ class LocalRuntimeImpl implements LocalRuntime {
         depsDir = r.dir;
       }
 
+      // A bridge type that lists allowed_hosts gets no network of its own, only this run's proxy,
+      // which lets those hosts through (see egress-proxy.ts). The process engine isolates nothing.
+      if (jt.network.mode === 'bridge' && jt.network.allowedHosts.length > 0 && p.engine !== 'process') {
+        const socketPath = path.join(dir, 'net', 'proxy.sock');
+        if (Buffer.byteLength(socketPath) > MAX_UNIX_PATH) {
+          obs.infraError = { type: 'config_error', message: `the workspace path is too long for the run's egress proxy socket (${socketPath}); use a shorter workspace` };
+          return finish();
+        }
+        mkdirSync(path.join(dir, 'net'), { mode: 0o755 });
+        const executionId = spec.executionId;
+        egress = await EgressProxy.listen(socketPath, {
+          allowedHosts: jt.network.allowedHosts,
+          ...(this.egressLookup ? { lookup: this.egressLookup } : {}),
+          onDecision: (d) => {
+            if (!d.allowed) this.log.info({ execution_id: executionId, host: d.host, port: d.port, reason: d.reason }, 'egress refused');
+          },
+        });
+      }
+
       const memoryBytes = parseMemory(jt.memoryLimit);
       const fsize = parseMemory(jt.maxFileSize);
       const warm = this.takeWarm();
@@ -317,7 +344,8 @@ class LocalRuntimeImpl implements LocalRuntime {
       // this runtime keeps the deadline, a relay in the run's cgroups caps the streams, and the cgroup
       // measures. That spares a fork of the interpreter, whose copy-on-write pages the program's exit
       // copied one by one.
-      const inProcess = warm !== null && p.engine === 'bubblewrap';
+      // (Not with an egress proxy: the runner's forking parent relays the program's proxy port.)
+      const inProcess = warm !== null && p.engine === 'bubblewrap' && egress === null;
       // bwrap adds two processes (outer monitor, namespace init) and the runner (or its sh) one, the
       // stream relay of an in-process run one more; user code gets the rest.
       // gVisor's sentry has host threads of its own; it enforces the count itself (RLIMIT_NPROC inside).
@@ -337,6 +365,7 @@ class LocalRuntimeImpl implements LocalRuntime {
         p.engine === 'process' ? { type: 'rw', src: path.join(dir, 'tmp'), dest: '/tmp' } : { type: 'tmpfs', dest: '/tmp', sizeBytes: memoryBytes },
       ];
       if (depsDir) mounts.push({ type: 'ro', src: depsDir, dest: '/deps' });
+      if (egress) mounts.push({ type: 'ro', src: path.join(dir, 'net'), dest: EGRESS_DIR });
       const at = (d: string) => p.host.insidePath({ mounts }, d);
       const env = programEnv(depsDir ? [at('/deps')] : [], jt.env, p.engine === 'process' ? at('/tmp') : '/tmp');
       const argv = [
@@ -359,6 +388,7 @@ class LocalRuntimeImpl implements LocalRuntime {
         // (exceeding it raises MemoryError instead of a SIGKILL), CPU not at all.
         ...(p.cgroups ? [] : ['--rlimit', `nproc=${jt.maxProcesses}`, '--rlimit', `as=${memoryBytes}`]),
         ...(depsDir ? ['--python-path', at('/deps')] : []),
+        ...(egress ? ['--egress-proxy', `${EGRESS_DIR}/proxy.sock`] : []),
         ...Object.entries(jt.env).map(([k, v]) => `--env=${k}=${v}`),
       ];
       if (p.engine === 'process') argv.push('--cwd', at('/tmp'), '--tmp', at('/tmp'));
@@ -369,7 +399,8 @@ class LocalRuntimeImpl implements LocalRuntime {
         env,
         cwd: '/tmp',
         mounts,
-        network: jt.network.mode === 'bridge',
+        network: jt.network.mode === 'bridge' && egress === null,
+        ...(egress ? { hostSockets: true } : {}),
         rlimits: { fsize, nofile: SANDBOX_NOFILE, nproc: jt.maxProcesses },
         procsFiles: cgroup?.procsFiles ?? [],
       };
@@ -464,6 +495,7 @@ class LocalRuntimeImpl implements LocalRuntime {
       if (res.killedBy && launch.runscId) this.background(execOk(this.bins.runsc!, ['--root', p.host.runscState, 'delete', '--force', launch.runscId]));
       return raw;
     } finally {
+      if (egress) await egress.close();
       // After the result is handed back: none of this is on the run's critical path.
       const cg = cgroup;
       this.background(new Promise((r) => setImmediate(r)).then(() => cleanupRun(dir, cg)));

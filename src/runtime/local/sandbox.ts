@@ -37,6 +37,11 @@ export interface SandboxSpec {
   cwd: string;
   mounts: Mount[];
   network: boolean;
+  /**
+   * The sandbox connects to host Unix sockets bound into it (the egress proxy of an `allowed_hosts`
+   * job type). gVisor refuses that unless told (`--host-uds=open`); bubblewrap needs nothing.
+   */
+  hostSockets?: boolean;
   rlimits: { fsize?: number; nofile: number; nproc?: number };
   /** cgroup.procs files to enter before exec (empty without cgroups). */
   procsFiles: string[];
@@ -69,6 +74,8 @@ export interface Launch {
 }
 
 const HOST_PATH = '/usr/sbin:/usr/bin:/sbin:/bin';
+/** Where a run's egress proxy socket directory is mounted. */
+export const EGRESS_DIR = '/run/sandpod';
 const ROOT_SYMLINKS: [string, string][] = [
   ['usr/bin', '/bin'],
   ['usr/sbin', '/sbin'],
@@ -80,7 +87,7 @@ const ROOT_SYMLINKS: [string, string][] = [
 /** Host bits of /etc that programs legitimately need (TLS roots, name resolution for bridge jobs). */
 const HOST_ETC = ['/etc/ssl', '/etc/ca-certificates', '/etc/resolv.conf', '/etc/host.conf', '/etc/gai.conf', '/etc/mime.types'];
 /** Mount points every run uses; created in the gVisor rootfs. */
-const MOUNT_POINTS = ['/code', '/input', '/output', '/tmp', '/deps', '/runner', '/proc', '/dev', '/usr', '/deps-build', '/pip-cache'];
+const MOUNT_POINTS = ['/code', '/input', '/output', '/tmp', '/deps', '/runner', '/proc', '/dev', '/usr', '/deps-build', '/pip-cache', EGRESS_DIR];
 
 /** Prepared host state for one engine: rootfs/etc/runner copies, seccomp program, command builder. */
 export class SandboxHost {
@@ -278,6 +285,7 @@ export class SandboxHost {
       '--root', this.runscState,
       `--platform=${this.o.gvisorPlatform}`,
       `--network=${spec.network ? 'host' : 'none'}`,
+      ...(spec.hostSockets ? ['--host-uds=open'] : []),
       // Limits come from the cgroups the wrapper put runsc in; runsc must not make its own.
       '--ignore-cgroups',
       ...(this.o.seccomp ? ['--oci-seccomp'] : []),

@@ -4,6 +4,7 @@
  * smaller one on the unisolated `process` engine. Nothing is mocked: runsc, bwrap and python run.
  */
 import { mkdtempSync } from 'node:fs';
+import http from 'node:http';
 import net from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -59,6 +60,67 @@ async function listen(): Promise<{ port: number; connections: () => number; clos
   return { port, connections: () => n, close: () => new Promise((r) => server.close(() => r())) };
 }
 
+const quiet = { info() {}, warn() {}, error() {} };
+
+/** This machine resolves no public names: the egress proxy's resolver for the suite. */
+async function fakeLookup(host: string): Promise<{ address: string; family: number }[]> {
+  if (host === 'inner.example.test') return [{ address: '127.0.0.1', family: 4 }];
+  throw Object.assign(new Error(`getaddrinfo ENOTFOUND ${host}`), { code: 'ENOTFOUND' });
+}
+
+/** An HTTP server on the host's loopback that answers `hello <path>` and records the paths. */
+async function httpServer(): Promise<{ port: number; paths: () => string[]; close: () => Promise<void> }> {
+  const paths: string[] = [];
+  const server = http.createServer((req, res) => {
+    paths.push(req.url ?? '');
+    res.end(`hello ${req.url}`);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const port = (server.address() as net.AddressInfo).port;
+  return { port, paths: () => [...paths], close: () => new Promise((r) => server.close(() => r())) };
+}
+
+/** Tries every way out of an `allowed_hosts` sandbox; prints what happened as JSON. */
+const PY_EGRESS = (port: number, otherPort: number) => `
+import http.client, json, os, socket, urllib.error, urllib.request
+out = {'proxy': os.environ.get('HTTP_PROXY')}
+out['plain'] = urllib.request.urlopen('http://127.0.0.1:${port}/plain?q=1', timeout=10).read().decode()
+proxy_port = int(out['proxy'].rsplit(':', 1)[1])
+c = http.client.HTTPConnection('127.0.0.1', proxy_port, timeout=10)
+c.set_tunnel('127.0.0.1', ${port})
+c.request('GET', '/tunnel')
+out['tunnel'] = c.getresponse().read().decode()
+try:
+    urllib.request.urlopen('http://127.0.0.1:${otherPort}/', timeout=10)
+    out['other_port'] = 'reached'
+except urllib.error.HTTPError as e:
+    out['other_port'] = e.code
+try:
+    urllib.request.urlopen('http://inner.example.test/', timeout=10)
+    out['private_name'] = 'reached'
+except urllib.error.HTTPError as e:
+    out['private_name'] = e.code
+    out['private_reason'] = e.read().decode()
+try:
+    urllib.request.urlopen('https://evil.example.org/', timeout=10)
+    out['https_denied'] = 'reached'
+except Exception as e:
+    out['https_denied'] = str(e)
+s = socket.socket()
+s.settimeout(3)
+try:
+    s.connect(('127.0.0.1', ${port}))
+    out['direct'] = 'connected'
+except OSError:
+    out['direct'] = 'blocked'
+try:
+    socket.getaddrinfo('evil.example.org', 80)
+    out['resolv'] = 'resolved'
+except OSError:
+    out['resolv'] = 'no-dns'
+print(json.dumps(out))
+`;
+
 const PY_CONNECT = (host: string, port: number) => `
 import socket
 s = socket.socket()
@@ -81,6 +143,7 @@ describe.each(['gvisor', 'bubblewrap'] as const)('sandbox on %s', (engine) => {
   describe.skipIf(!installed)(`(${engine} ${installed ? 'present' : 'NOT INSTALLED: skipped'})`, () => {
     let config: Config;
     let rt: LocalRuntime;
+    const logged: Record<string, unknown>[] = [];
     const run = (code: string, over: Partial<RunSpec> & { jt?: Partial<JobType> } = {}, signal?: AbortSignal) =>
       rt.run(spec(config, code, over), signal ? { signal } : {});
     async function healthy(): Promise<void> {
@@ -92,7 +155,7 @@ describe.each(['gvisor', 'bubblewrap'] as const)('sandbox on %s', (engine) => {
 
     beforeAll(async () => {
       config = makeConfig(engine);
-      rt = createLocalRuntime(config);
+      rt = createLocalRuntime(config, { egressLookup: fakeLookup, logger: { ...quiet, info: (obj, msg) => logged.push({ ...obj, msg }) } });
       await rt.start();
     });
     afterAll(async () => {
@@ -249,6 +312,36 @@ print(got)
       } finally {
         await srv.close();
       }
+    });
+
+    it('a bridge job type with allowed_hosts reaches those hosts through the proxy, and nothing else', async () => {
+      const web = await httpServer();
+      const other = await listen();
+      try {
+        const r = await run(PY_EGRESS(web.port, other.port), {
+          jt: { network: { mode: 'bridge', allowedHosts: [`127.0.0.1:${web.port}`, '*.example.test'] } },
+        });
+        expect(r.stderr).toBe('');
+        expect(r.observation.exitCode).toBe(0);
+        const out = JSON.parse(r.stdout) as Record<string, unknown>;
+        expect(out.proxy).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+        expect(out.plain).toBe('hello /plain?q=1');
+        expect(out.tunnel).toBe('hello /tunnel');
+        expect(out.other_port).toBe(403);
+        expect(out.private_name).toBe(403);
+        expect(out.private_reason).toContain('not a public address');
+        expect(String(out.https_denied)).toContain('403');
+        expect(out.direct).toBe('blocked');
+        expect(out.resolv).toBe('no-dns');
+        expect(web.paths()).toEqual(['/plain?q=1', '/tunnel']);
+        expect(other.connections()).toBe(0);
+        const refused = logged.filter((l) => l.msg === 'egress refused');
+        expect(refused.map((l) => `${l.host}:${l.port}`).sort()).toEqual([`127.0.0.1:${other.port}`, 'evil.example.org:443', 'inner.example.test:80']);
+      } finally {
+        await web.close();
+        await other.close();
+      }
+      await healthy();
     });
 
     it("never shows the service's environment, only the job type's", async () => {
