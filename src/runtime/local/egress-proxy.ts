@@ -126,7 +126,8 @@ export class EgressProxy {
       }
       client.off('data', onData);
       client.pause();
-      void this.handle(client, head.subarray(0, end).toString('latin1'), head.subarray(end + 4));
+      // Nothing a sandboxed program sends may take the service down: any failure ends its connection.
+      this.handle(client, head.subarray(0, end).toString('latin1'), head.subarray(end + 4)).catch(() => client.destroy());
     };
     client.on('data', onData);
   }
@@ -157,8 +158,9 @@ export class EgressProxy {
       const name = (l: string) => l.slice(0, l.indexOf(':')).trim().toLowerCase();
       // Hop-by-hop: the fixed list and whatever the Connection header names.
       const named = lines.filter((l) => name(l) === 'connection').flatMap((l) => l.slice(l.indexOf(':') + 1).split(',').map((t) => t.trim().toLowerCase()));
-      const headers = lines.slice(1).filter((l) => !HOP_BY_HOP.has(name(l)) && !named.includes(name(l)));
-      forward = Buffer.concat([Buffer.from(`${method} ${url.pathname}${url.search} HTTP/1.1\r\n${[...headers, 'Connection: close'].join('\r\n')}\r\n\r\n`, 'latin1'), rest]);
+      // Host is the URL's: another name in it could reach a different site on a shared address.
+      const headers = lines.slice(1).filter((l) => !HOP_BY_HOP.has(name(l)) && !named.includes(name(l)) && name(l) !== 'host');
+      forward = Buffer.concat([Buffer.from(`${method} ${url.pathname}${url.search} HTTP/1.1\r\n${[`Host: ${url.host}`, ...headers, 'Connection: close'].join('\r\n')}\r\n\r\n`, 'latin1'), rest]);
     }
     if (!(port >= 1 && port <= 65535)) return answer(client, 400, `bad port ${port}`);
     const decided = await this.decide(host, port);

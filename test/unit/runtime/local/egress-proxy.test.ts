@@ -122,6 +122,7 @@ interface SeenRequest {
   url: string;
   headers: http.IncomingHttpHeaders;
   body: string;
+  rawHeaders: string[];
 }
 
 /** An HTTP server on 127.0.0.1 that records each request and answers with a recognizable body. */
@@ -132,7 +133,7 @@ async function startHttpUpstream(): Promise<{ port: number; seen: SeenRequest[] 
     req.on('data', (d: Buffer) => parts.push(d));
     req.on('end', () => {
       const body = Buffer.concat(parts).toString('utf8');
-      seen.push({ method: req.method ?? '', url: req.url ?? '', headers: req.headers, body });
+      seen.push({ method: req.method ?? '', url: req.url ?? '', headers: req.headers, rawHeaders: req.rawHeaders, body });
       const answer = `upstream says hi: ${req.method} ${body.length}`;
       res.writeHead(200, { 'Content-Type': 'text/plain', 'Content-Length': Buffer.byteLength(answer), 'X-Upstream': 'yes' });
       res.end(answer);
@@ -310,6 +311,15 @@ describe('EgressProxy: plain HTTP', () => {
     expect(seen.headers['x-test']).toBe('1');
     expect(seen.headers.host).toBe(`127.0.0.1:${up.port}`);
     expect(log.decisions).toEqual([{ host: '127.0.0.1', port: up.port, allowed: true }]);
+  });
+
+  it('sends the URL\'s host as Host, whatever the program wrote there', async () => {
+    const up = await startHttpUpstream();
+    const { sockPath } = await startProxy({ allowedHosts: ['127.0.0.1'] });
+    const res = await exchange(sockPath, `GET http://127.0.0.1:${up.port}/ HTTP/1.1\r\nHost: evil.example.org\r\nhost: also.evil\r\n\r\n`);
+    expect(res.status).toBe(200);
+    expect(up.seen[0]!.headers.host).toBe(`127.0.0.1:${up.port}`);
+    expect(up.seen[0]!.rawHeaders.filter((h, i) => i % 2 === 0 && h.toLowerCase() === 'host')).toHaveLength(1);
   });
 
   it('forwards a POST body intact, both the part sent with the head and the part sent later', async () => {
