@@ -42,7 +42,7 @@ import { detectCgroups, type CgroupSupport, type RunCgroup } from './cgroups.ts'
 import { collectOutputs, readReport, readStream } from './collect.ts';
 import { DepsCache, depsKey, invalidRequirement, normalizeRequirements, type InstallOutcome } from './deps.ts';
 import { candidateEngines, engineInstalled, findEngineBinaries, type EngineBinaries, type EngineName } from './engines.ts';
-import { EgressProxy, type Lookup } from './egress-proxy.ts';
+import { EgressProxy } from './egress-proxy.ts';
 import { compileSeccompBpf } from './seccomp.ts';
 import { EGRESS_DIR, SandboxHost, WRAPPER_FAILED_EXIT, type Launch, type Mount, type SandboxSpec } from './sandbox.ts';
 import { Spawner, type RunProc, type SpawnedProc } from './spawner.ts';
@@ -72,8 +72,6 @@ export interface LocalRuntimeLogger {
 /** Options of {@link createLocalRuntime}. */
 export interface LocalRuntimeOptions {
   logger?: LocalRuntimeLogger;
-  /** Name resolution of the egress proxy (tests: this machine resolves no public names). */
-  egressLookup?: Lookup;
 }
 
 /** The local runtime; `engine` is known after `start()`. */
@@ -100,7 +98,7 @@ export function instanceRoot(config: Pick<Config, 'workspace'>): { root: string;
  * mode that means gVisor is missing or broken.
  */
 export function createLocalRuntime(config: Config, options: LocalRuntimeOptions = {}): LocalRuntime {
-  return new LocalRuntimeImpl(config, options.logger ?? SILENT, options.egressLookup);
+  return new LocalRuntimeImpl(config, options.logger ?? SILENT);
 }
 
 interface Prepared {
@@ -130,7 +128,6 @@ class LocalRuntimeImpl implements LocalRuntime {
   constructor(
     private readonly config: Config,
     private readonly log: LocalRuntimeLogger,
-    private readonly egressLookup?: Lookup,
   ) {
     this.bins = findEngineBinaries(config);
     this.warmTarget = Math.min(Math.max(config.max_workers, 1), 8);
@@ -328,7 +325,6 @@ class LocalRuntimeImpl implements LocalRuntime {
         const executionId = spec.executionId;
         egress = await EgressProxy.listen(socketPath, {
           allowedHosts: jt.network.allowedHosts,
-          ...(this.egressLookup ? { lookup: this.egressLookup } : {}),
           onDecision: (d) => {
             if (!d.allowed) this.log.info({ execution_id: executionId, host: d.host, port: d.port, reason: d.reason }, 'egress refused');
           },
