@@ -116,13 +116,9 @@ export function normalizeEntryName(raw: string): string | RejectedEntry {
 
 const EMPTY_SHA256 = createHash('sha256').digest('hex');
 
-/**
- * Reads a tar stream to the end (or to a cap) and sorts its entries into streams, report, result and
- * artifacts. Resolves when the archive is read or a cap is hit (`truncated`; the caller should then
- * stop the producer). Rejects only when the stream is not a tar archive or breaks.
- */
-export function parseOutputTar(source: Readable, limits: OutputLimits): Promise<CollectedOutput> {
-  const out: CollectedOutput = {
+/** What an archive with nothing in it yields. */
+export function emptyOutput(): CollectedOutput {
+  return {
     stdout: '',
     stderr: '',
     stdoutTruncated: false,
@@ -135,6 +131,15 @@ export function parseOutputTar(source: Readable, limits: OutputLimits): Promise<
     truncated: false,
     entries: 0,
   };
+}
+
+/**
+ * Reads a tar stream to the end (or to a cap) and sorts its entries into streams, report, result and
+ * artifacts. Resolves when the archive is read or a cap is hit (`truncated`; the caller should then
+ * stop the producer). Rejects only when the stream is not a tar archive or breaks.
+ */
+export function parseOutputTar(source: Readable, limits: OutputLimits): Promise<CollectedOutput> {
+  const out = emptyOutput();
   const seen = new Set<string>();
   let totalBytes = 0;
   let entries = 0;

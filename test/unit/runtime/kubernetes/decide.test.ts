@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { V1Job, V1Pod } from '@kubernetes/client-node';
 import { decide, newRunState, type Action, type RunState } from '../../../../src/runtime/kubernetes/decide.ts';
-import type { CollectedOutput } from '../../../../src/runtime/kubernetes/output-tar.ts';
+import { emptyOutput, type CollectedOutput } from '../../../../src/runtime/kubernetes/output-tar.ts';
 import { makeJob, makePod } from '../../../support/kube-builders.ts';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
@@ -11,19 +11,7 @@ function run(over: Partial<RunState> = {}): RunState {
   return newRunState({ executionId: 'e1', jobName: 'sp-run', startedAt: T0, startupTimeoutMs: 60 * S, podGoneGraceMs: 3 * S, jobSeen: true, podSeen: true, ...over });
 }
 
-const output: CollectedOutput = {
-  stdout: 'x',
-  stderr: '',
-  stdoutTruncated: false,
-  stderrTruncated: false,
-  report: null,
-  resultJson: null,
-  resultJsonTooLarge: false,
-  artifacts: [],
-  rejected: [],
-  truncated: false,
-  entries: 2,
-};
+const output: CollectedOutput = { ...emptyOutput(), stdout: 'x', entries: 2 };
 
 const job = makeJob().obj();
 type Row = { name: string; run: RunState; job: V1Job | undefined; pod: V1Pod | undefined; now: number; expect: (a: Action[]) => void };
