@@ -1,10 +1,14 @@
 /**
  * Prometheus metrics (`GET /metrics`): runs by status and job type, run duration and queue wait
- * histograms, queue depth, worker slots and breaker state. One registry per service instance, so
- * tests can build several apps in one process.
+ * histograms, queue depth, worker slots, breaker state, HTTP requests by route template, and the
+ * standard process and Node.js metrics. One registry per service instance, so tests can build
+ * several apps in one process. The exposition passes `promtool check metrics` (tested).
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ExecutionRow } from './store/database.ts';
+
+/** prom-client default gauges that repeat `sum(<name without _total>)` under a counter's suffix. */
+const SUM_GAUGES = ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total'];
 
 /** The service's metrics. */
 export class Metrics {
@@ -16,6 +20,8 @@ export class Metrics {
   readonly slotsBusy: Gauge;
   readonly breakerState: Gauge;
   readonly submissions: Counter<'mode' | 'outcome'>;
+  readonly httpRequests: Counter<'method' | 'route' | 'status'>;
+  readonly httpDuration: Histogram<'method' | 'route'>;
 
   constructor(opts: { defaultMetrics?: boolean } = {}) {
     const registers = [this.registry];
@@ -38,7 +44,29 @@ export class Metrics {
     this.slotsBusy = new Gauge({ name: 'sandpod_worker_slots_busy', help: 'Worker slots in use in this process', registers });
     this.breakerState = new Gauge({ name: 'sandpod_circuit_breaker_state', help: 'Circuit breaker: 0 closed, 1 half_open, 2 open', registers });
     this.submissions = new Counter({ name: 'sandpod_submissions_total', help: 'Accepted submissions', labelNames: ['mode', 'outcome'], registers });
-    if (opts.defaultMetrics) collectDefaultMetrics({ register: this.registry, prefix: 'sandpod_' });
+    // `route` is a route template (`/jobs/:id`) or UNMATCHED_ROUTE, never a raw path: see
+    // api/middleware/http-metrics.ts. Buckets reach 300 s because sync runs and long-polls are long.
+    this.httpRequests = new Counter({
+      name: 'sandpod_http_requests_total',
+      help: 'HTTP requests answered, by method, route template and status code',
+      labelNames: ['method', 'route', 'status'],
+      registers,
+    });
+    this.httpDuration = new Histogram({
+      name: 'sandpod_http_request_duration_seconds',
+      help: 'Time from receiving a request to its response headers, by method and route template',
+      labelNames: ['method', 'route'],
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300],
+      registers,
+    });
+    if (opts.defaultMetrics) {
+      // prom-client's standard names (process_*, nodejs_*), unprefixed, so stock dashboards and
+      // alerts find them.
+      collectDefaultMetrics({ register: this.registry });
+      // Except three gauges named *_total, which Prometheus reserves for counters (promtool rejects
+      // them); each is the sum over the labelled gauge of the same name without the suffix.
+      for (const name of SUM_GAUGES) this.registry.removeSingleMetric(name);
+    }
   }
 
   /** Records a run that started (queue wait for async jobs). */

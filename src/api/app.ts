@@ -5,6 +5,7 @@ import { Hono } from 'hono';
 import { AppError } from '../errors.ts';
 import type { AppDeps, AppEnv } from './deps.ts';
 import { errorResponse } from './errors.ts';
+import { httpMetrics } from './middleware/http-metrics.ts';
 import { requestContext } from './middleware/request-context.ts';
 import { dlqRoutes } from './routes/dlq.ts';
 import { executeRoutes } from './routes/execute.ts';
@@ -20,6 +21,7 @@ import { poolRoutes } from './routes/pool.ts';
 export function createApp(deps: AppDeps): Hono<AppEnv> {
   const app = new Hono<AppEnv>();
   app.use('*', requestContext(deps.logger));
+  app.use('*', httpMetrics(deps.metrics));
   // Bodies are read (and capped at max_body_bytes) by the routes that take one: see api/validate.ts.
   app.route('/', executeRoutes(deps));
   app.route('/', jobRoutes(deps));
