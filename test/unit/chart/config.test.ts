@@ -6,11 +6,11 @@ import * as v from 'valibot';
 import YAML from 'yaml';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, expect, it } from 'vitest';
 import { ConfigSchema, parseConfig } from '../../../src/config.ts';
-import { CHART_DIR, DB_URL, TOOL_BUILD_TIMEOUT_MS, ensureChartRender, one, renderOk, withDb } from './render.ts';
+import { CHART_DIR, DB_URL, TOOL_BUILD_TIMEOUT_MS, describeRendered, one, prepareRenderer, renderOk, withDb } from '../../support/chart.ts';
 
-beforeAll(() => ensureChartRender(), TOOL_BUILD_TIMEOUT_MS);
+beforeAll(() => prepareRenderer(), TOOL_BUILD_TIMEOUT_MS);
 
 /** Keys the chart renders itself (values.schema.json refuses them under `config`). */
 const CHART_OWNED = ['runtime', 'kubernetes', 'port', 'host', 'workspace', 'database_url', 'docker_image', 'container_runtime'];
@@ -25,7 +25,7 @@ function renderedConfig(args: string[] = []): unknown {
   return YAML.parse(cm.data['config.yaml']) as unknown;
 }
 
-describe('rendered SVC_CONFIG', () => {
+describeRendered('rendered SVC_CONFIG', () => {
   it('parses with the service’s parseConfig and selects the Kubernetes runtime', () => {
     const cfg = parseConfig(renderedConfig(), POD_ENV);
     expect(cfg.runtime).toBe('kubernetes');

@@ -1,13 +1,14 @@
 /**
  * The two images (no Docker engine here, so nothing is built): their Dockerfiles copy files that
  * exist and that the build context does not ignore, run what package.json runs, and use the uid/gid
- * the chart's securityContext (and SPEC §1.7's uid 1000) expect.
+ * the chart's securityContext (and the sandbox's uid 1000) expect. test/integration/build checks
+ * that what the service image runs (`npm run build`, then `node dist/main.js`) works.
  */
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
 import { describe, expect, it } from 'vitest';
-import { CHART_DIR, REPO_ROOT } from './render.ts';
+import { CHART_DIR, REPO_ROOT } from '../../support/chart.ts';
 
 interface Instr {
   op: string;
@@ -78,40 +79,52 @@ describe('service image (Dockerfile)', () => {
     .split('\n')
     .map((l) => l.trim())
     .filter((l) => l && !l.startsWith('#'));
+  /** Stage name → its instructions. */
+  const stages = new Map<string, Instr[]>();
+  for (const i of instrs) {
+    if (i.op === 'FROM') stages.set(i.args.split(/\s+as\s+/i)[1] ?? '', []);
+    [...stages.values()].at(-1)?.push(i);
+  }
 
   it('copies files that exist and that .dockerignore keeps in the context', () => {
     const sources = copySources(instrs);
-    expect(sources).toEqual(expect.arrayContaining(['package.json', 'package-lock.json', 'src']));
+    expect(sources).toEqual(expect.arrayContaining(['package.json', 'package-lock.json', 'tsconfig.json', 'tsconfig.build.json', 'src']));
     for (const src of sources) {
       expect(existsSync(path.join(REPO_ROOT, src)), src).toBe(true);
       expect(ignored(ignore, src), `${src} must not be ignored`).toBe(false);
     }
-    for (const f of ['src/main.ts', 'src/store/migrate.ts', 'src/config.ts']) expect(ignored(ignore, f), f).toBe(false);
-    for (const f of ['node_modules/x/index.js', '.git/HEAD', 'test/unit/x.test.ts', 'charts/sandpod/values.yaml']) {
+    for (const f of ['src/main.ts', 'src/store/migrate.ts', 'src/sandbox/runner.py', 'src/runtime/local/spawner.py']) expect(ignored(ignore, f), f).toBe(false);
+    for (const f of ['node_modules/x/index.js', '.git/HEAD', 'dist/main.js', 'test/unit/x.test.ts', 'charts/sandpod/values.yaml']) {
       expect(ignored(ignore, f), f).toBe(true);
     }
   });
 
-  it('installs production dependencies only, and tsx is one of them', () => {
-    expect(instrs.some((i) => i.op === 'RUN' && /npm ci\b.*--omit=dev/.test(i.args))).toBe(true);
-    expect(pkg.dependencies.tsx).toBeDefined();
+  it('builds dist/ with `npm run build` in a stage of its own; the final stage gets dist/ and production dependencies only', () => {
+    const build = stages.get('build') ?? [];
+    expect(build.some((i) => i.op === 'RUN' && i.args === 'npm run build')).toBe(true);
+    expect(pkg.scripts.build).toContain('tsconfig.build.json');
+    const deps = stages.get('deps') ?? [];
+    expect(deps.some((i) => i.op === 'RUN' && /npm ci\b.*--omit=dev/.test(i.args))).toBe(true);
+    const fromStages = final.filter((i) => i.op === 'COPY' && /--from=/.test(i.args)).map((i) => i.args);
+    expect(fromStages).toEqual(['--from=deps /app/node_modules ./node_modules', '--from=build /app/dist ./dist']);
+    // No sources and no TypeScript toolchain in the image.
+    expect(copySources(final)).toEqual(['package.json']);
   });
 
-  it('runs src/main.ts (package.json "start") directly with node, not through npm', () => {
+  it('runs dist/main.js (package.json "start") directly with node, not through npm or tsx', () => {
     const cmd = execForm(final, 'CMD');
-    expect(cmd).toEqual(['node', '--import', 'tsx', 'src/main.ts']);
+    expect(cmd).toEqual(['node', 'dist/main.js']);
     expect(pkg.scripts.start).toBe(cmd.join(' '));
-    expect(existsSync(path.join(REPO_ROOT, 'src/main.ts')), 'src/main.ts').toBe(true);
   });
 
-  it('has the `migrate` script the chart’s hook runs, pointing at an existing file', () => {
-    expect(pkg.scripts.migrate).toBe('node --import tsx src/store/migrate.ts');
+  it('has the `migrate` script the chart’s hook runs, compiled from an existing file', () => {
+    expect(pkg.scripts.migrate).toBe('node dist/store/migrate.js');
     expect(existsSync(path.join(REPO_ROOT, 'src/store/migrate.ts'))).toBe(true);
   });
 
   it('is Node 20 and runs as the uid/gid of the chart’s securityContext', () => {
     expect(instrs.find((i) => i.op === 'ARG' && i.args.startsWith('NODE_IMAGE='))?.args).toBe('NODE_IMAGE=node:20-slim');
-    expect(pkg.engines.node).toMatch(/>=20/);
+    expect(pkg.engines.node).toBe('>=20.19 <25');
     const user = final.filter((i) => i.op === 'USER').at(-1)?.args;
     expect(user).toBe(`${chartValues.podSecurityContext.runAsUser}:${chartValues.podSecurityContext.runAsGroup}`);
     expect(user).toBe(`${chartValues.securityContext.runAsUser}:${chartValues.securityContext.runAsGroup}`);
@@ -133,7 +146,7 @@ describe('executor image (src/sandbox/Dockerfile)', () => {
     expect(instrs.some((i) => i.op === 'RUN' && /pip --version/.test(i.args))).toBe(true);
   });
 
-  it('creates the uid/gid 1000 user and runs as it (SPEC §1.7; the chart’s uid too)', () => {
+  it('creates the uid/gid 1000 user and runs as it (the run contract’s uid, the chart’s too)', () => {
     const run = instrs.filter((i) => i.op === 'RUN').map((i) => i.args).join(' ');
     expect(run).toMatch(/groupadd --gid 1000 /);
     expect(run).toMatch(/useradd --uid 1000 --gid 1000 /);

@@ -5,7 +5,7 @@
  */
 import * as v from 'valibot';
 import YAML from 'yaml';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, expect, it } from 'vitest';
 import { JobTypeConfigSchema, parseConfig, type Config } from '../../../src/config.ts';
 import { fromConfig, type JobType } from '../../../src/jobtypes/job-type.ts';
 import { buildJob } from '../../../src/runtime/kubernetes/build-job.ts';
@@ -14,20 +14,23 @@ import {
   DB_URL,
   TOOL_BUILD_TIMEOUT_MS,
   byKind,
-  ensureChartRender,
+  RENDERER,
+  describeRendered,
   one,
+  prepareRenderer,
   renderOk,
   restrictedViolations,
   withDb,
   type Manifest,
-} from './render.ts';
+} from '../../support/chart.ts';
 
 let docs: Manifest[];
 let config: Config;
 let jobTypes: Map<string, JobType>;
 
 beforeAll(() => {
-  ensureChartRender();
+  if (!RENDERER) return;
+  prepareRenderer();
   docs = renderOk(withDb());
   config = parseConfig(YAML.parse(one(docs, 'ConfigMap').data['config.yaml']), { SVC_DATABASE_URL: DB_URL });
   jobTypes = new Map(
@@ -71,7 +74,7 @@ function selects(policy: Manifest, labels: Record<string, string>): boolean {
   return Object.entries(policy.spec.podSelector.matchLabels as Record<string, string>).every(([k, val]) => labels[k] === val);
 }
 
-describe('run Jobs built from the chart’s config', () => {
+describeRendered('run Jobs built from the chart’s config', () => {
   it('go to the runs namespace, where the chart’s Role and NetworkPolicies live', () => {
     const job = runJob('default');
     expect(job.metadata.namespace).toBe('sandpod-jobs');

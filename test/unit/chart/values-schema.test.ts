@@ -1,12 +1,12 @@
 /** values.schema.json rejects bad values at install time, with helm's messages. */
-import { beforeAll, describe, expect, it } from 'vitest';
-import { TOOL_BUILD_TIMEOUT_MS, ensureChartRender, render, withDb } from './render.ts';
+import { beforeAll, expect, it } from 'vitest';
+import { TOOL_BUILD_TIMEOUT_MS, describeRendered, prepareRenderer, render, withDb } from '../../support/chart.ts';
 
-beforeAll(() => ensureChartRender(), TOOL_BUILD_TIMEOUT_MS);
+beforeAll(() => prepareRenderer(), TOOL_BUILD_TIMEOUT_MS);
 
 const SCHEMA_ERROR = "values don't meet the specifications of the schema(s)";
 
-describe('values.schema.json', () => {
+describeRendered('values.schema.json', () => {
   it('accepts the defaults plus a database', () => {
     expect(render(withDb()).code).toBe(0);
   });

@@ -16,12 +16,13 @@ import {
   REPO_ROOT,
   TOOL_BUILD_TIMEOUT_MS,
   byKind,
-  ensureChartRender,
+  describeRendered,
+  prepareRenderer,
   renderOk,
   validateBuiltin,
   withDb,
   type Manifest,
-} from '../chart/render.ts';
+} from '../../support/chart.ts';
 
 const crd = YAML.parse(readFileSync(CRD_FILE, 'utf8')) as Manifest;
 const version = crd.spec.versions[0];
@@ -281,10 +282,10 @@ describe('validation', () => {
   });
 });
 
-describe('the chart’s sample JobTypes', () => {
+describeRendered('the chart’s sample JobTypes', () => {
   let samples: Manifest[];
   beforeAll(() => {
-    ensureChartRender();
+    prepareRenderer();
     samples = byKind(renderOk(withDb()), 'JobType');
   }, TOOL_BUILD_TIMEOUT_MS);
 

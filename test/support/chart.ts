@@ -1,27 +1,69 @@
 /**
- * Test helpers for the Helm chart: render it with the shared `chart-render` tool (`helm template`
- * without helm), parse the manifests, validate them against the Kubernetes OpenAPI schemas, and check
- * pod specs against Pod Security `restricted`.
+ * Test helpers for the Helm chart: render it like `helm template`, parse the manifests, validate them
+ * against the Kubernetes OpenAPI schemas, and check pod specs against Pod Security `restricted`.
  *
- * The tool lives outside the repository, at `<repo>/../shared/tools/chart-render/chart-render` (CI
- * runs with shared/ beside the clone). On first use it installs Go and a few Debian packages with apt
- * and builds itself (about 20 s plus apt time): call {@link ensureChartRender} in a `beforeAll` with a
- * long timeout ({@link TOOL_BUILD_TIMEOUT_MS}).
+ * Rendering uses, in this order: `helm` when it is on PATH; the `chart-render` tool (`helm template`
+ * without helm) when a `shared/` directory sits beside the repository, as in CI
+ * (`<repo>/../shared/tools/chart-render/chart-render`); otherwise nothing, and the tests that render
+ * skip themselves (wrap them in {@link describeRendered}) after saying why. chart-render builds
+ * itself on first use (Go and a few Debian packages from apt, about 20 s plus apt time): call
+ * {@link prepareRenderer} in a `beforeAll` with {@link TOOL_BUILD_TIMEOUT_MS}.
  */
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { describe } from 'vitest';
 import YAML from 'yaml';
 
-/** The repository root (this file is test/unit/chart/render.ts). */
-export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
+/** The repository root (this file is test/support/chart.ts). */
+export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const CHART_DIR = path.join(REPO_ROOT, 'charts/sandpod');
 export const CRD_FILE = path.join(REPO_ROOT, 'crds/jobtypes.sandpod.io.yaml');
-export const CHART_RENDER = path.resolve(REPO_ROOT, '../shared/tools/chart-render/chart-render');
+const CHART_RENDER = path.resolve(REPO_ROOT, '../shared/tools/chart-render/chart-render');
 
-/** apt install + cold Go build of the tool on a 2-core machine, with room to spare. */
+/** apt install + cold Go build of chart-render on a 2-core machine, with room to spare. */
 export const TOOL_BUILD_TIMEOUT_MS = 600_000;
+
+/** A way to render the chart. */
+export interface Renderer {
+  name: 'helm' | 'chart-render';
+  /** The executable and the arguments of one render (release, chart, namespace, extra flags). */
+  command: string;
+  argv(release: string, chart: string, namespace: string, args: string[]): string[];
+  /** Prints NOTES.txt to stderr with `--notes` (chart-render only; `helm template` has no notes). */
+  notes: boolean;
+}
+
+function findRenderer(): Renderer | null {
+  if (!spawnSync('helm', ['version', '--short'], { encoding: 'utf8', timeout: 30_000 }).error) {
+    return { name: 'helm', command: 'helm', argv: (r, c, n, a) => ['template', r, c, '-n', n, ...a], notes: false };
+  }
+  if (existsSync(CHART_RENDER)) {
+    return { name: 'chart-render', command: CHART_RENDER, argv: (r, c, n, a) => [r, c, '-n', n, ...a], notes: true };
+  }
+  return null;
+}
+
+/** The renderer of this run, or null when there is none (tests that render are skipped). */
+export const RENDERER: Renderer | null = findRenderer();
+
+/** Why chart renders are skipped here (null when they run). */
+export const NO_RENDERER: string | null = RENDERER
+  ? null
+  : `chart tests that render are skipped: no \`helm\` on PATH and no chart-render at ${CHART_RENDER} ` +
+    '(install helm, or check the repository out beside the shared/ tools as CI does)';
+if (NO_RENDERER) console.warn(NO_RENDERER);
+
+/** `describe`, skipped when nothing here can render the chart. */
+export const describeRendered = describe.skipIf(RENDERER === null);
+
+/** Makes the renderer ready (chart-render builds on first use; `--version` builds without rendering). */
+export function prepareRenderer(): void {
+  if (RENDERER?.name !== 'chart-render') return;
+  const r = spawnSync(RENDERER.command, ['--version'], { encoding: 'utf8', timeout: TOOL_BUILD_TIMEOUT_MS });
+  if (r.status !== 0) throw new Error(`chart-render --version failed (${r.status}):\n${r.stdout}\n${r.stderr}`);
+}
 
 /** A database URL for renders that should succeed. */
 export const DB_URL = 'postgres://sandpod:secret@postgres.db.svc:5432/sandpod';
@@ -36,36 +78,32 @@ export interface RenderResult {
   docs: Manifest[];
 }
 
-/** Builds the tool if needed (`--version` builds without rendering); throws with its output on failure. */
-export function ensureChartRender(): void {
-  if (!existsSync(CHART_RENDER)) {
-    throw new Error(`chart-render not found at ${CHART_RENDER}: the shared/ directory must sit beside the repository`);
-  }
-  const r = spawnSync(CHART_RENDER, ['--version'], { encoding: 'utf8', timeout: TOOL_BUILD_TIMEOUT_MS });
-  if (r.status !== 0) throw new Error(`chart-render --version failed (${r.status}):\n${r.stdout}\n${r.stderr}`);
-}
+/** helm's warning about `crds`, a symlink (intended: see charts/sandpod/README.md), is not an error. */
+const HELM_SYMLINK_WARNING = /^walk\.go:\d+: found symbolic link in path: .*\n?/gm;
 
 /**
- * Renders the chart as release `sandpod` in namespace `sandpod` (unless args say otherwise).
- * `args` are extra chart-render flags, e.g. `['--set', 'replicaCount=1']`.
+ * Renders the chart as release `sandpod` in namespace `sandpod` (unless opts say otherwise).
+ * `args` are extra `helm template` flags, e.g. `['--set', 'replicaCount=1']`.
  */
 export function render(args: string[] = [], opts: { release?: string; namespace?: string } = {}): RenderResult {
-  const argv = [opts.release ?? 'sandpod', CHART_DIR, '-n', opts.namespace ?? 'sandpod', ...args];
-  const r = spawnSync(CHART_RENDER, argv, { encoding: 'utf8', timeout: 60_000 });
+  if (!RENDERER) throw new Error(NO_RENDERER!);
+  const argv = RENDERER.argv(opts.release ?? 'sandpod', CHART_DIR, opts.namespace ?? 'sandpod', args);
+  const r = spawnSync(RENDERER.command, argv, { encoding: 'utf8', timeout: 60_000 });
   const code = r.status ?? -1;
+  const stderr = RENDERER.name === 'helm' ? r.stderr.replace(HELM_SYMLINK_WARNING, '') : r.stderr;
   const docs =
     code === 0
       ? YAML.parseAllDocuments(r.stdout)
           .map((d) => d.toJS() as Manifest | null)
           .filter((d): d is Manifest => d !== null)
       : [];
-  return { code, stdout: r.stdout, stderr: r.stderr, docs };
+  return { code, stdout: r.stdout, stderr, docs };
 }
 
 /** Renders and fails the test with the tool's stderr when rendering fails. */
 export function renderOk(args: string[] = [], opts: { release?: string; namespace?: string } = {}): Manifest[] {
   const r = render(args, opts);
-  if (r.code !== 0) throw new Error(`chart-render failed (${r.code}):\n${r.stderr}`);
+  if (r.code !== 0) throw new Error(`${RENDERER?.name} failed (${r.code}):\n${r.stderr}`);
   return r.docs;
 }
 
