@@ -53,10 +53,16 @@ export const NO_RENDERER: string | null = RENDERER
   ? null
   : `chart tests that render are skipped: no \`helm\` on PATH and no chart-render at ${CHART_RENDER} ` +
     '(install helm, or check the repository out beside the shared/ tools as CI does)';
-if (NO_RENDERER) console.warn(NO_RENDERER);
+let told = false;
 
-/** `describe`, skipped when nothing here can render the chart. */
-export const describeRendered = describe.skipIf(RENDERER === null);
+/** `describe`, skipped (once saying why) when nothing here can render the chart. */
+export function describeRendered(name: string, fn: () => void): void {
+  if (NO_RENDERER && !told) {
+    told = true;
+    console.warn(NO_RENDERER);
+  }
+  describe.skipIf(RENDERER === null)(name, fn);
+}
 
 /** Makes the renderer ready (chart-render builds on first use; `--version` builds without rendering). */
 export function prepareRenderer(): void {
