@@ -5,12 +5,14 @@ NPM ?= npm
 VITEST := npx vitest run
 APT_PACKAGES_FILE := .ci/apt-packages.txt
 
-.PHONY: help deps system-deps bench-deps run test test-unit test-pglite bench lint typecheck migrate clean
+.PHONY: help deps system-deps bench-deps run build test test-unit bench typecheck migrate clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-node_modules/.package-lock.json: package.json package-lock.json
+# npm ci installs exactly the lock file, so only a change to it calls for a reinstall (a dependency
+# edited in package.json without the lock would fail npm ci anyway).
+node_modules/.package-lock.json: package-lock.json
 	$(NPM) ci --no-audit --no-fund
 	@touch $@
 
@@ -40,6 +42,9 @@ run: deps system-deps ## Start the service on the embedded default (PGlite + bes
 migrate: deps ## Apply database migrations (SVC_DATABASE_URL or the embedded PGlite)
 	node --import tsx src/store/migrate.ts
 
+build: deps ## Compile src/ to dist/, what the image runs (node dist/main.js)
+	$(NPM) run build
+
 test: deps system-deps ## Run the whole suite: against PostgreSQL, then the database tests again on PGlite
 	$(VITEST)
 	SANDPOD_TEST_DB=pglite $(VITEST) test/integration/api test/integration/store
@@ -50,10 +55,8 @@ test-unit: deps ## Unit tests only (fast, no sandbox or database)
 bench: deps system-deps bench-deps ## Benchmarks with a report against the bare floor measured in the same run
 	npx tsx bench/run.ts
 
-typecheck: deps ## TypeScript strict check
+typecheck: deps ## TypeScript strict check (unused locals and parameters included) of src, test, bench
 	npx tsc -p tsconfig.json --noEmit
-
-lint: typecheck ## Static checks (the type checker is the linter here)
 
 clean: ## Remove the local workspace and build outputs
 	rm -rf .workspace dist .bench
