@@ -352,7 +352,7 @@ describeRendered('RBAC', () => {
 });
 
 describeRendered('options', () => {
-  it('Ingress with class, TLS and the proxy annotations of SPEC §8 (2 MB bodies, 300 s reads)', async () => {
+  it('Ingress with class, TLS and the proxy annotations (2 MB bodies, 300 s reads)', async () => {
     const docs = renderOk(
       withDb(
         '--set',
