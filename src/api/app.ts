@@ -20,8 +20,8 @@ import { poolRoutes } from './routes/pool.ts';
 /** Builds the app over its dependencies. */
 export function createApp(deps: AppDeps): Hono<AppEnv> {
   const app = new Hono<AppEnv>();
-  app.use('*', requestContext(deps.logger));
   app.use('*', httpMetrics(deps.metrics));
+  app.use('*', requestContext(deps.logger));
   // Bodies are read (and capped at max_body_bytes) by the routes that take one: see api/validate.ts.
   app.route('/', executeRoutes(deps));
   app.route('/', jobRoutes(deps));
