@@ -42,7 +42,7 @@ export const RUNNER_TIMEOUT_EXIT = 124;
 export const RUNNER_ERROR_EXIT = 125;
 
 /** A field of the report: kept when it has the right type, dropped (undefined) when it has not. */
-const field = <S extends v.GenericSchema>(schema: S) => v.optional(v.fallback(v.optional(schema), undefined));
+const field = <S extends v.GenericSchema>(schema: S) => v.fallback(v.optional(schema), undefined);
 const num = v.pipe(v.number(), v.finite());
 const str = v.pipe(v.string(), v.maxLength(4096));
 

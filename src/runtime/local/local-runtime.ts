@@ -40,7 +40,7 @@ import { chooseEngine, defaultInterpreter } from './engine-probe.ts';
 import { findEngineBinaries, type EngineBinaries, type EngineName } from './engines.ts';
 import { runscDelete, superviseLaunch, type LaunchResult } from './proc.ts';
 import { RunDir, sandboxId } from './run-dir.ts';
-import { programEnv, runnerArgv, SANDBOX_NOFILE } from './runner-command.ts';
+import { runnerSandbox } from './runner-command.ts';
 import { EGRESS_DIR, SandboxHost, WRAPPER_FAILED_EXIT } from './sandbox.ts';
 import { Spawner } from './spawner.ts';
 import { WarmPool, type Warm } from './warm-pool.ts';
@@ -309,8 +309,8 @@ class LocalRuntimeImpl implements LocalRuntime {
     const { p, spec, rd } = s;
     const jt = spec.jobType;
     const inProcess = this.inProcess(s);
-    const fsize = parseMemory(jt.maxFileSize);
-    const argv = runnerArgv({
+    // A warm process is in its cgroups and has dropped privileges already.
+    const sandbox = runnerSandbox({
       rd,
       interpreter: s.interpreter,
       runner: p.host.runnerFor(s.interpreter),
@@ -318,29 +318,15 @@ class LocalRuntimeImpl implements LocalRuntime {
       timeoutSec: spec.timeoutSec,
       maxStreamBytes: spec.maxStdoutBytes,
       memoryBytes,
-      fileSizeBytes: fsize,
+      fileSizeBytes: parseMemory(jt.maxFileSize),
       deps: s.depsDir !== null,
       egress: s.egress !== null,
       cgroups: p.cgroups !== null,
       inProcess,
       sh: this.bins.sh,
+      procsFiles: s.cgroup?.procsFiles ?? [],
     });
-    // A warm process is in its cgroups and has dropped privileges already.
-    const launch = p.host.launch(
-      {
-        id: rd.id,
-        dir: rd.dir,
-        argv,
-        env: programEnv(s.depsDir ? [rd.at('/deps')] : [], jt.env, p.engine === 'process' ? rd.at('/tmp') : '/tmp'),
-        cwd: '/tmp',
-        mounts: rd.mounts,
-        network: jt.network.mode === 'bridge' && s.egress === null,
-        ...(s.egress ? { hostSockets: true } : {}),
-        rlimits: { fsize, nofile: SANDBOX_NOFILE, nproc: jt.maxProcesses },
-        procsFiles: s.cgroup?.procsFiles ?? [],
-      },
-      s.warm !== null,
-    );
+    const launch = p.host.launch(sandbox, s.warm !== null);
     const res = await superviseLaunch(launch, {
       clock: this.clock,
       startupDeadline: s.t0 + spec.startupTimeoutSec * 1000,

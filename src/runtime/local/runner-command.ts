@@ -1,10 +1,11 @@
 /**
- * The command line and environment the local runtime starts `runner.py` with, and the program
- * environment it mirrors (so the runner never has to re-exec to get a clean one).
+ * The sandbox a run's `runner.py` is started in: its command line, its environment (the program
+ * environment the runner would build, so it never has to re-exec to get a clean one), network and
+ * rlimits, from the job type and the run directory.
  */
 import type { JobType } from '../../jobtypes/job-type.ts';
 import type { RunDir } from './run-dir.ts';
-import { EGRESS_DIR } from './sandbox.ts';
+import { EGRESS_DIR, type SandboxSpec } from './sandbox.ts';
 
 /** Open files allowed to user code. */
 export const SANDBOX_NOFILE = 1024;
@@ -17,7 +18,7 @@ export function programEnv(pythonPath: string[], jobEnv: Record<string, string>,
   return env;
 }
 
-/** What {@link runnerArgv} needs to know about one run. */
+/** What {@link runnerSandbox} needs to know about one run. */
 export interface RunnerCommandOptions {
   rd: RunDir;
   interpreter: string;
@@ -37,10 +38,29 @@ export interface RunnerCommandOptions {
   /** The program runs in the runner's own process under a waiting `sh` (see local-runtime.ts). */
   inProcess: boolean;
   sh: string;
+  /** The run's cgroup.procs files (empty without cgroups, or when a warm process is in them already). */
+  procsFiles: string[];
+}
+
+/** The sandbox of one run: `runner.py` with the run's limits, mounts and network. */
+export function runnerSandbox(o: RunnerCommandOptions): SandboxSpec {
+  const { rd, jobType: jt } = o;
+  return {
+    id: rd.id,
+    dir: rd.dir,
+    argv: runnerArgv(o),
+    env: programEnv(o.deps ? [rd.at('/deps')] : [], jt.env, rd.host.engine === 'process' ? rd.at('/tmp') : '/tmp'),
+    cwd: '/tmp',
+    mounts: rd.mounts,
+    network: jt.network.mode === 'bridge' && !o.egress,
+    ...(o.egress ? { hostSockets: true } : {}),
+    rlimits: { fsize: o.fileSizeBytes, nofile: SANDBOX_NOFILE, nproc: jt.maxProcesses },
+    procsFiles: o.procsFiles,
+  };
 }
 
 /** The runner's argv for one run (paths as the sandbox sees them). */
-export function runnerArgv(o: RunnerCommandOptions): string[] {
+function runnerArgv(o: RunnerCommandOptions): string[] {
   const { rd, jobType: jt } = o;
   const argv = [
     // sh stays the waiting parent (`; exit $?`); its own stderr goes nowhere (it would say "Killed"
