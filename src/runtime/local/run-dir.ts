@@ -44,7 +44,9 @@ export class RunDir {
   /** Creates the directory, writes the program and input, and sets up the standard mounts. */
   static create(o: RunDirOptions): RunDir {
     const rd = new RunDir(o.host, o.id, path.join(o.runsDir, o.id));
-    mkdirSync(rd.dir, { recursive: true, mode: 0o755 });
+    // Not recursive: an id that exists already is refused here, before the cleanup below could
+    // remove a directory that is not this one's.
+    mkdirSync(rd.dir, { mode: 0o755 });
     try {
       if (o.program) {
         mkdirSync(path.join(rd.dir, 'code'), { mode: 0o755 });
