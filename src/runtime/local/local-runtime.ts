@@ -149,7 +149,7 @@ class LocalRuntimeImpl implements LocalRuntime {
     const { engine, host } = await chooseEngine({ config: this.config, bins: this.bins, root: this.root, runsDir, log: this.log, clock: this.clock, probeErrors: this.probeErrors });
     if (engine === 'gvisor') this.gvisorWorks = true;
     const orphans = cgroups ? await cgroups.removeOrphans() : 0;
-    const spawner = cgroups ? new Spawner(defaultInterpreter(this.config), (msg) => this.log.warn({ msg }, 'sandbox spawner')) : null;
+    const spawner = cgroups ? new Spawner(defaultInterpreter(this.config), (detail) => this.log.warn({ detail }, 'sandbox spawner')) : null;
     const warm =
       cgroups && spawner
         ? new WarmPool({ cgroups, spawner, host, target: Math.min(Math.max(this.config.max_workers, 1), MAX_WARM), clock: this.clock, log: this.log, background: (q) => this.background(q) })
