@@ -173,8 +173,3 @@ export interface Runtime {
    */
   run(spec: RunSpec, options?: RunOptions): Promise<RawRun>;
 }
-
-/** Control files the runner writes to `/output`; never kept as artifacts. */
-export const CONTROL_FILES = ['.svc_phase', '.svc_report.json', '.svc_stdout', '.svc_stderr'] as const;
-/** Names reserved for input artifacts (SPEC §2.3 `input_artifacts`). */
-export const RESERVED_ARTIFACT_NAMES = ['_code.py', '_input.json'] as const;

@@ -4,9 +4,9 @@
  * pulls `/output` from the `collector` sidecar and resolves the run with a {@link RawRun}.
  */
 import { readFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import { KubeConfig } from '@kubernetes/client-node';
 import type { Config } from '../../config.ts';
+import { RUNNER_PATH } from '../../sandbox/paths.ts';
 import {
   NO_GUARD,
   RunGoneError,
@@ -50,8 +50,8 @@ export interface KubernetesRuntimeOptions {
   };
 }
 
-/** The path of the runner every runtime uses. */
-export const RUNNER_PATH = fileURLToPath(new URL('../../sandbox/runner.py', import.meta.url));
+/** The path of the runner every runtime uses (named once, in src/sandbox/paths.ts). */
+export { RUNNER_PATH };
 
 const silent: ControllerLogger = { debug: () => undefined, info: () => undefined, warn: () => undefined, error: () => undefined };
 

@@ -2,11 +2,23 @@
  * Parses the tar stream of a run's `/output` (streamed from the `collector` container) into what a
  * run produced, with limits, as a stream: nothing larger than a limit is ever held in memory, and
  * hostile entries (`../`, absolute names, links, devices, over-long names) never become artifacts.
+ * File names, report parsing and content types are the shared ones of `../run-output.ts`.
  */
 import { createHash } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import * as tar from 'tar-stream';
-import { RESERVED_ARTIFACT_NAMES, type CollectedFile, type RunnerReport } from '../runtime.ts';
+import {
+  contentTypeFor,
+  MAX_REPORT_BYTES,
+  parseRunnerReport,
+  PHASE_FILE,
+  REPORT_FILE,
+  RESERVED_ARTIFACT_NAMES,
+  RESULT_FILE,
+  STDERR_FILE,
+  STDOUT_FILE,
+} from '../run-output.ts';
+import type { CollectedFile, RunnerReport } from '../runtime.ts';
 
 /** Limits of one collection. */
 export interface OutputLimits {
@@ -53,45 +65,9 @@ export function defaultOutputLimits(maxArtifactBytes: number, maxStdoutBytes: nu
   };
 }
 
-const MAX_REPORT_BYTES = 64 * 1024;
 const MAX_NAME_BYTES = 1024;
 const MAX_SEGMENT_BYTES = 255;
-const STREAM_FILES = { '.svc_stdout': 'stdout', '.svc_stderr': 'stderr' } as const;
-
-const CONTENT_TYPES: Record<string, string> = {
-  txt: 'text/plain',
-  log: 'text/plain',
-  md: 'text/markdown',
-  csv: 'text/csv',
-  tsv: 'text/tab-separated-values',
-  json: 'application/json',
-  jsonl: 'application/x-ndjson',
-  html: 'text/html',
-  htm: 'text/html',
-  xml: 'application/xml',
-  yaml: 'application/yaml',
-  yml: 'application/yaml',
-  py: 'text/x-python',
-  png: 'image/png',
-  jpg: 'image/jpeg',
-  jpeg: 'image/jpeg',
-  gif: 'image/gif',
-  svg: 'image/svg+xml',
-  webp: 'image/webp',
-  pdf: 'application/pdf',
-  zip: 'application/zip',
-  gz: 'application/gzip',
-  tar: 'application/x-tar',
-  parquet: 'application/vnd.apache.parquet',
-  npy: 'application/octet-stream',
-  pkl: 'application/octet-stream',
-};
-
-/** MIME type by file extension; `application/octet-stream` when unknown. */
-export function contentTypeFor(name: string): string {
-  const ext = /\.([A-Za-z0-9]+)$/.exec(name)?.[1]?.toLowerCase();
-  return (ext && CONTENT_TYPES[ext]) ?? 'application/octet-stream';
-}
+const STREAM_FILES = { [STDOUT_FILE]: 'stdout', [STDERR_FILE]: 'stderr' } as const;
 
 /**
  * The artifact name of a tar entry, or why it is refused. `tar -C /output -cf - .` names entries
@@ -233,7 +209,7 @@ export function parseOutputTar(source: Readable, limits: OutputLimits): Promise<
       if (!regular) {
         // Links, devices, fifos: the archive holds no contents for them and a link could point
         // anywhere. Control files of this kind are treated as absent.
-        if (!(topLevel && (name in STREAM_FILES || name === '.svc_report.json' || name === '.svc_phase' || name === 'result.json'))) {
+        if (!(topLevel && (name in STREAM_FILES || name === REPORT_FILE || name === PHASE_FILE || name === RESULT_FILE))) {
           out.artifacts.push({ name, size: 0, sha256: EMPTY_SHA256, contentType: contentTypeFor(name), skipped: 'not_regular' });
         }
         return skip();
@@ -248,13 +224,13 @@ export function parseOutputTar(source: Readable, limits: OutputLimits): Promise<
           }
         });
       }
-      if (topLevel && name === '.svc_report.json') {
+      if (topLevel && name === REPORT_FILE) {
         return read(MAX_REPORT_BYTES, (kept, size) => {
-          out.report = size <= MAX_REPORT_BYTES ? parseReport(kept) : null;
+          out.report = size <= MAX_REPORT_BYTES ? parseRunnerReport(kept) : null;
         });
       }
-      if (topLevel && name === '.svc_phase') return skip();
-      if (topLevel && name === 'result.json') {
+      if (topLevel && name === PHASE_FILE) return skip();
+      if (topLevel && name === RESULT_FILE) {
         return read(limits.maxArtifactBytes, (kept, size) => {
           if (size > limits.maxArtifactBytes) out.resultJsonTooLarge = true;
           else out.resultJson = kept.toString('utf8');
@@ -276,14 +252,4 @@ export function parseOutputTar(source: Readable, limits: OutputLimits): Promise<
     source.on('error', (err: Error) => finish(err));
     source.pipe(extract);
   });
-}
-
-/** The runner's report if it is a JSON object; anything else (the user may have written it) is null. */
-function parseReport(buf: Buffer): RunnerReport | null {
-  try {
-    const v = JSON.parse(buf.toString('utf8')) as unknown;
-    return v && typeof v === 'object' && !Array.isArray(v) ? (v as RunnerReport) : null;
-  } catch {
-    return null;
-  }
 }

@@ -8,56 +8,30 @@
  * Decision on subdirectories: they are not descended into. A subdirectory, like a symlink or any other
  * non-regular entry, is listed as an artifact with `skipped: 'not_regular'` and no data, so the caller
  * can tell the user it was there. At most {@link MAX_ARTIFACT_ENTRIES} entries are looked at.
+ * File names, report parsing and content types are the shared ones of `../run-output.ts`.
+ *
+ * {@link collectRun} is the last step of a run: streams, report, result and artifacts, whether the
+ * runner wrote the streams to files or the program wrote them to the sandbox's own stdout/stderr.
  */
 import { createHash } from 'node:crypto';
 import { closeSync, constants, fstatSync, lstatSync, openSync, readdirSync, readSync } from 'node:fs';
 import path from 'node:path';
-import { CONTROL_FILES, RESERVED_ARTIFACT_NAMES, type CollectedFile, type RunnerReport } from '../runtime.ts';
+import {
+  CONTROL_FILES,
+  contentTypeFor,
+  MAX_REPORT_BYTES,
+  parseRunnerReport,
+  REPORT_FILE,
+  RESERVED_ARTIFACT_NAMES,
+  RESULT_FILE,
+  STDERR_FILE,
+  STDOUT_FILE,
+} from '../run-output.ts';
+import type { CollectedFile, RawRun, RunnerReport, RunObservation } from '../runtime.ts';
+import { EXECUTION_MARKER, type LaunchResult } from './proc.ts';
 
 /** Entries of /output looked at; the rest are ignored. */
 export const MAX_ARTIFACT_ENTRIES = 1000;
-const REPORT_CAP = 64 * 1024;
-
-const CONTENT_TYPES: Record<string, string> = {
-  '.json': 'application/json',
-  '.txt': 'text/plain; charset=utf-8',
-  '.log': 'text/plain; charset=utf-8',
-  '.md': 'text/markdown; charset=utf-8',
-  '.csv': 'text/csv; charset=utf-8',
-  '.tsv': 'text/tab-separated-values; charset=utf-8',
-  '.html': 'text/html; charset=utf-8',
-  '.htm': 'text/html; charset=utf-8',
-  '.xml': 'application/xml',
-  '.yaml': 'application/yaml',
-  '.yml': 'application/yaml',
-  '.py': 'text/x-python; charset=utf-8',
-  '.js': 'text/javascript; charset=utf-8',
-  '.css': 'text/css; charset=utf-8',
-  '.png': 'image/png',
-  '.jpg': 'image/jpeg',
-  '.jpeg': 'image/jpeg',
-  '.gif': 'image/gif',
-  '.svg': 'image/svg+xml',
-  '.webp': 'image/webp',
-  '.bmp': 'image/bmp',
-  '.ico': 'image/x-icon',
-  '.pdf': 'application/pdf',
-  '.zip': 'application/zip',
-  '.gz': 'application/gzip',
-  '.tar': 'application/x-tar',
-  '.parquet': 'application/vnd.apache.parquet',
-  '.npy': 'application/octet-stream',
-  '.pkl': 'application/octet-stream',
-  '.wav': 'audio/wav',
-  '.mp3': 'audio/mpeg',
-  '.mp4': 'video/mp4',
-};
-
-/** MIME type from a file name's extension; `application/octet-stream` when unknown. */
-export function contentTypeFor(name: string): string {
-  return CONTENT_TYPES[path.extname(name).toLowerCase()] ?? 'application/octet-stream';
-}
-
 /** Reads a regular file without following symlinks; null when absent or not a regular file. */
 export function readRegularFile(file: string, cap: number): { data: Buffer; size: number; tooLarge: boolean } | null {
   let fd: number;
@@ -83,20 +57,14 @@ export function readRegularFile(file: string, cap: number): { data: Buffer; size
   }
 }
 
-/** The runner's report, parsed; null when absent, too large or not a JSON object. */
+/** The runner's report, parsed as untrusted ({@link parseRunnerReport}); null when absent or not a regular file. */
 export function readReport(outputDir: string): RunnerReport | null {
-  const f = readRegularFile(path.join(outputDir, '.svc_report.json'), REPORT_CAP);
-  if (!f || f.tooLarge) return null;
-  try {
-    const v = JSON.parse(f.data.toString('utf8')) as unknown;
-    return v && typeof v === 'object' && !Array.isArray(v) ? (v as RunnerReport) : null;
-  } catch {
-    return null;
-  }
+  const f = readRegularFile(path.join(outputDir, REPORT_FILE), MAX_REPORT_BYTES);
+  return f && !f.tooLarge ? parseRunnerReport(f.data) : null;
 }
 
 /** A captured stream: text capped at `cap` bytes, truncated when the file was longer. */
-export function readStream(outputDir: string, name: '.svc_stdout' | '.svc_stderr', cap: number): { text: string; truncated: boolean } {
+export function readStream(outputDir: string, name: typeof STDOUT_FILE | typeof STDERR_FILE, cap: number): { text: string; truncated: boolean } {
   const f = readRegularFile(path.join(outputDir, name), cap);
   if (!f) return { text: '', truncated: false };
   return { text: new TextDecoder('utf-8').decode(f.data), truncated: f.tooLarge };
@@ -118,7 +86,7 @@ export function collectOutputs(outputDir: string, maxArtifactBytes: number): { r
   for (const name of entries.sort().slice(0, MAX_ARTIFACT_ENTRIES)) {
     if (control.has(name)) continue;
     const file = path.join(outputDir, name);
-    if (name === 'result.json') {
+    if (name === RESULT_FILE) {
       const f = readRegularFile(file, maxArtifactBytes);
       if (f) {
         resultJsonTooLarge = f.tooLarge;
@@ -157,4 +125,61 @@ export function collectOutputs(outputDir: string, maxArtifactBytes: number): { r
     artifacts.push({ ...meta, size: f.data.length, sha256: createHash('sha256').update(f.data).digest('hex'), data: f.data });
   }
   return { resultJson, resultJsonTooLarge, artifacts };
+}
+
+/** A captured stream as the runner would have kept it: the first `cap` bytes (the caps let one more through). */
+function capped(b: Buffer, cap: number): { text: string; truncated: boolean } {
+  return { text: new TextDecoder('utf-8').decode(b.subarray(0, cap)), truncated: b.length > cap };
+}
+
+/**
+ * Everything but the observation of a finished run: what is in `outputDir`, and — for a program run
+ * in the runner's own process (`res.captured`) — the streams this runtime captured and the report the
+ * runner would have written, from what this runtime saw plus the exception the runner recorded.
+ * `obs` must already hold the run's outcome (phase, timeout, execution time).
+ */
+export function collectRun(outputDir: string, res: LaunchResult, obs: RunObservation, caps: { maxStdoutBytes: number; maxArtifactBytes: number }): Omit<RawRun, 'observation'> {
+  let report = res.tExec !== null ? readReport(outputDir) : null;
+  let stdout: { text: string; truncated: boolean };
+  let stderr: { text: string; truncated: boolean };
+  if (res.captured) {
+    const c = res.captured;
+    const marker = c.stdout.indexOf(EXECUTION_MARKER);
+    const userOut = marker >= 0 ? c.stdout.subarray(marker + EXECUTION_MARKER.length) : Buffer.alloc(0);
+    stdout = capped(userOut, caps.maxStdoutBytes);
+    stderr = capped(c.stderr, caps.maxStdoutBytes);
+    const signaled = res.exitCode !== null && res.exitCode > 128;
+    // A signal death leaves no report: nothing survived the program to write one (as when a
+    // forking runner is killed), and the runtime's own observation says all there is.
+    report =
+      res.tExec === null || signaled || res.exitCode === null
+        ? null
+        : {
+            phase: obs.phase,
+            exit_code: res.exitCode,
+            signal: null,
+            exception: report?.exception ?? null,
+            exception_mro: report?.exception_mro ?? null,
+            missing_module: report?.missing_module ?? null,
+            exception_message: report?.exception_message ?? null,
+            execution_ms: obs.executionMs,
+            stdout_truncated: stdout.truncated,
+            stderr_truncated: stderr.truncated,
+            timed_out: obs.timedOut === 'execution',
+          };
+  } else {
+    stdout = readStream(outputDir, STDOUT_FILE, caps.maxStdoutBytes);
+    stderr = readStream(outputDir, STDERR_FILE, caps.maxStdoutBytes);
+  }
+  const collected = collectOutputs(outputDir, caps.maxArtifactBytes);
+  return {
+    report,
+    stdout: stdout.text,
+    stderr: stderr.text,
+    stdoutTruncated: stdout.truncated || report?.stdout_truncated === true,
+    stderrTruncated: stderr.truncated || report?.stderr_truncated === true,
+    resultJson: collected.resultJson,
+    ...(collected.resultJsonTooLarge ? { resultJsonTooLarge: true } : {}),
+    artifacts: collected.artifacts,
+  };
 }

@@ -1,7 +1,8 @@
 /**
  * Requirement environments (SPEC §1.8): one directory per (interpreter, sorted requirements, pip
- * settings), installed once with `pip install --target` inside a sandbox and then mounted read-only at
- * `/deps` (on PYTHONPATH) in every run that asks for the same set.
+ * settings), installed once with `pip install --target` inside a sandbox of the run's engine
+ * ({@link sandboxInstaller}) and then mounted read-only at `/deps` (on PYTHONPATH) in every run that
+ * asks for the same set. {@link prepareRequirements} is the run's startup step that gets one.
  *
  * Concurrency: within one process, runs asking for the same environment share one install (the map of
  * in-flight installs is the lock). Across processes, each installs into a private temporary directory
@@ -11,6 +12,19 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, lchownSync, mkdirSync, readdirSync, renameSync, rmSync } from 'node:fs';
 import path from 'node:path';
+import { systemClock, type Clock } from '../../clock.ts';
+import type { Config } from '../../config.ts';
+import type { RunObservation } from '../runtime.ts';
+import type { CgroupSupport } from './cgroups.ts';
+import { runscDelete, superviseLaunch } from './proc.ts';
+import { RunDir, sandboxId } from './run-dir.ts';
+import { programEnv } from './runner-command.ts';
+import type { SandboxHost } from './sandbox.ts';
+
+/** Bytes of pip's output kept for a dependency error. */
+const PIP_TAIL = 4000;
+/** Limits of an install sandbox (pip and a build backend need room; it is not user code). */
+const INSTALL_LIMITS = { memoryBytes: 2 * 1024 ** 3, pids: 4096, cpus: 2 } as const;
 
 /** What the install step reports. */
 export interface InstallOutcome {
@@ -58,7 +72,11 @@ export class DepsCache {
   readonly buildDir: string;
   readonly pipCacheDir: string;
 
-  constructor(root: string, private readonly makeOwned: (dir: string) => void) {
+  constructor(
+    root: string,
+    private readonly makeOwned: (dir: string) => void,
+    private readonly clock: Clock = systemClock,
+  ) {
     this.envsDir = path.join(root, 'envs');
     this.buildDir = path.join(root, 'build');
     this.pipCacheDir = path.join(root, 'pip-cache');
@@ -75,34 +93,34 @@ export class DepsCache {
    * is retried while this caller still has time.
    */
   async ensure(key: string, reqs: string[], install: Installer, deadline: number, signal?: AbortSignal): Promise<DepsResult> {
-    const t0 = Date.now();
+    const t0 = this.clock.now();
     const dir = path.join(this.envsDir, key);
     for (;;) {
-      if (existsSync(dir)) return { kind: 'ready', dir, installMs: Date.now() - t0, cached: Date.now() - t0 < 5 };
-      if (signal?.aborted) return { kind: 'cancelled', installMs: Date.now() - t0 };
-      if (Date.now() >= deadline) return { kind: 'timeout', installMs: Date.now() - t0 };
+      if (existsSync(dir)) return { kind: 'ready', dir, installMs: this.clock.now() - t0, cached: this.clock.now() - t0 < 5 };
+      if (signal?.aborted) return { kind: 'cancelled', installMs: this.clock.now() - t0 };
+      if (this.clock.now() >= deadline) return { kind: 'timeout', installMs: this.clock.now() - t0 };
       let p = this.inflight.get(key);
       const mine = !p;
       if (!p) {
         p = this.build(key, dir, reqs, install, deadline, signal).finally(() => this.inflight.delete(key));
         this.inflight.set(key, p);
       }
-      const r = mine ? await p : await raceDeadline(p, deadline, signal);
-      if (r === 'deadline') return { kind: 'timeout', installMs: Date.now() - t0 };
-      if (r === 'aborted') return { kind: 'cancelled', installMs: Date.now() - t0 };
-      if (r.kind === 'ready' || r.kind === 'failed' || mine) return { ...r, installMs: Date.now() - t0 } as DepsResult;
+      const r = mine ? await p : await raceDeadline(p, deadline, this.clock, signal);
+      if (r === 'deadline') return { kind: 'timeout', installMs: this.clock.now() - t0 };
+      if (r === 'aborted') return { kind: 'cancelled', installMs: this.clock.now() - t0 };
+      if (r.kind === 'ready' || r.kind === 'failed' || mine) return { ...r, installMs: this.clock.now() - t0 } as DepsResult;
       // Someone else's install was cut short by *their* deadline or cancel: try again ourselves.
     }
   }
 
   private async build(key: string, dir: string, reqs: string[], install: Installer, deadline: number, signal?: AbortSignal): Promise<DepsResult> {
-    const t0 = Date.now();
+    const t0 = this.clock.now();
     const tmp = path.join(this.buildDir, `${key}-${randomBytes(4).toString('hex')}`);
     mkdirSync(tmp, { mode: 0o755 });
     this.makeOwned(tmp);
     try {
       const out = await install(tmp, reqs, deadline, signal);
-      const installMs = Date.now() - t0;
+      const installMs = this.clock.now() - t0;
       if (out.cancelled) return { kind: 'cancelled', installMs };
       if (out.timedOut) return { kind: 'timeout', installMs };
       if (!out.ok) return { kind: 'failed', message: out.output, installMs };
@@ -124,9 +142,9 @@ export class DepsCache {
   }
 }
 
-function raceDeadline<T>(p: Promise<T>, deadline: number, signal?: AbortSignal): Promise<T | 'deadline' | 'aborted'> {
+function raceDeadline<T>(p: Promise<T>, deadline: number, clock: Clock, signal?: AbortSignal): Promise<T | 'deadline' | 'aborted'> {
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => done('deadline'), Math.max(0, deadline - Date.now()));
+    const timer = setTimeout(() => done('deadline'), Math.max(0, deadline - clock.now()));
     const onAbort = () => done('aborted');
     signal?.addEventListener('abort', onAbort, { once: true });
     function done(v: T | 'deadline' | 'aborted') {
@@ -140,4 +158,103 @@ function raceDeadline<T>(p: Promise<T>, deadline: number, signal?: AbortSignal):
       reject(err);
     });
   });
+}
+
+/** What an install sandbox needs from the started runtime. */
+export interface InstallContext {
+  host: SandboxHost;
+  cgroups: CgroupSupport | null;
+  runsDir: string;
+  cache: DepsCache;
+  pip: Config['pip'];
+  /** runsc binary (gVisor only): a killed install's container is deleted with it. */
+  runsc: string | null;
+  clock: Clock;
+  /** Runs housekeeping off the caller's path. */
+  background(p: Promise<unknown>): void;
+}
+
+/**
+ * An {@link Installer} that runs `pip install --target` with `interpreter` in a sandbox of the
+ * runtime's engine: network allowed, uid 1000, its own cgroup, the pip cache mounted read-write.
+ */
+export function sandboxInstaller(ctx: InstallContext, interpreter: string): Installer {
+  return async (target, reqs, deadline, signal) => {
+    const rd = RunDir.create({ host: ctx.host, runsDir: ctx.runsDir, id: sandboxId('deps', ctx.clock.now()), tmpBytes: INSTALL_LIMITS.memoryBytes });
+    const cgroup = ctx.cgroups?.create(rd.id, INSTALL_LIMITS) ?? null;
+    try {
+      rd.mount({ type: 'rw', src: target, dest: '/deps-build' });
+      rd.mount({ type: 'rw', src: ctx.cache.pipCacheDir, dest: '/pip-cache' });
+      const pip = ctx.pip;
+      const argv = [
+        interpreter, '-m', 'pip', 'install',
+        '--target', rd.at('/deps-build'),
+        '--cache-dir', rd.at('/pip-cache'),
+        '--disable-pip-version-check', '--no-input', '--no-warn-script-location', '--progress-bar', 'off',
+        ...(pip.index_url ? ['--index-url', pip.index_url] : []),
+        ...pip.find_links.flatMap((f) => ['--find-links', f]),
+        ...(pip.no_index ? ['--no-index'] : []),
+        ...pip.extra_args,
+        ...reqs,
+      ];
+      const env = { ...programEnv([], {}, rd.at('/tmp')), PIP_NO_COLOR: '1', PYTHONDONTWRITEBYTECODE: '1' };
+      const launch = ctx.host.launch({
+        id: rd.id,
+        dir: rd.dir,
+        argv,
+        env,
+        cwd: '/tmp',
+        mounts: rd.mounts,
+        network: true,
+        rlimits: { nofile: 4096 },
+        procsFiles: cgroup?.procsFiles ?? [],
+      });
+      const res = await superviseLaunch(launch, { clock: ctx.clock, startupDeadline: deadline, timeoutMs: 0, signal, collectStdout: true, kill: () => cgroup?.killAll() });
+      if (res.killedBy && launch.runscId && ctx.runsc) ctx.background(runscDelete(ctx.runsc, ctx.host.runscState, [launch.runscId]));
+      const output = (res.stdoutTail + res.stderrTail).trim();
+      return {
+        ok: !res.killedBy && !res.spawnError && res.exitCode === 0,
+        output: res.spawnError ? `cannot start the install sandbox: ${res.spawnError}` : output.slice(-PIP_TAIL),
+        timedOut: res.killedBy === 'deadline',
+        cancelled: res.killedBy === 'abort',
+      };
+    } finally {
+      ctx.background(
+        (async () => {
+          await cgroup?.remove();
+          rd.remove();
+        })(),
+      );
+    }
+  };
+}
+
+/** The outcome of a run's requirements step: a `/deps` directory (or none), or how the run ends. */
+export type RequirementsOutcome =
+  | { depsDir: string | null; installMs: number; end?: undefined }
+  | { depsDir?: undefined; installMs: number; end: Partial<RunObservation> };
+
+/**
+ * The startup step of a run with `requirements`: refuses option-like ones, then gets the environment
+ * from the cache (installing it with `install` when needed) before `deadline`. No requirements → no
+ * `/deps`. When the run must end here, `end` holds what the observation says (dependency error,
+ * startup timeout, cancel).
+ */
+export async function prepareRequirements(
+  cache: DepsCache,
+  requirements: readonly string[],
+  key: { interpreter: string; pythonVersion: string; pip: unknown },
+  install: Installer,
+  deadline: number,
+  signal?: AbortSignal,
+): Promise<RequirementsOutcome> {
+  const reqs = normalizeRequirements(requirements);
+  if (reqs.length === 0) return { depsDir: null, installMs: 0 };
+  const bad = invalidRequirement(reqs);
+  if (bad) return { installMs: 0, end: { dependencyError: bad } };
+  const r = await cache.ensure(depsKey(key.interpreter, key.pythonVersion, reqs, key.pip), reqs, install, deadline, signal);
+  if (r.kind === 'cancelled') return { installMs: r.installMs, end: { cancelled: true } };
+  if (r.kind === 'timeout') return { installMs: r.installMs, end: { timedOut: 'startup' } };
+  if (r.kind === 'failed') return { installMs: r.installMs, end: { dependencyError: r.message || 'pip failed without output' } };
+  return { depsDir: r.dir, installMs: r.installMs };
 }

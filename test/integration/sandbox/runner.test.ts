@@ -6,7 +6,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { RUNNER_SOURCE } from '../../../src/runtime/local/local-runtime.ts';
+import { RUNNER_PATH } from '../../../src/sandbox/paths.ts';
 
 const PY = '/usr/bin/python3';
 const CLEAN = { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: '/tmp', TMPDIR: '/tmp', LANG: 'C.UTF-8' };
@@ -17,7 +17,7 @@ function runRunner(code: string, args: string[] = [], env: Record<string, string
   mkdirSync(path.join(dir, 'out'));
   const main = path.join(dir, 'main.py');
   writeFileSync(main, code);
-  const r = spawnSync(PY, [RUNNER_SOURCE, '--code', main, '--output', path.join(dir, 'out'), '--cwd', dir, ...args], { env, encoding: 'utf8', timeout: 20_000 });
+  const r = spawnSync(PY, [RUNNER_PATH, '--code', main, '--output', path.join(dir, 'out'), '--cwd', dir, ...args], { env, encoding: 'utf8', timeout: 20_000 });
   const read = (n: string) => {
     try {
       return readFileSync(path.join(dir, 'out', n), 'utf8');
@@ -77,7 +77,7 @@ describe('runner.py', () => {
         while (stdio.length < 32) stdio.push('ignore');
         stdio[30] = m;
         stdio[31] = 'pipe';
-        const r = spawnSync(PY, [RUNNER_SOURCE, '--code', main, '--output', path.join(dir, 'out'), '--cwd', dir, '--phase-fd', '31', ...mode], { env: CLEAN, encoding: 'utf8', stdio, timeout: 20_000 });
+        const r = spawnSync(PY, [RUNNER_PATH, '--code', main, '--output', path.join(dir, 'out'), '--cwd', dir, '--phase-fd', '31', ...mode], { env: CLEAN, encoding: 'utf8', stdio, timeout: 20_000 });
         expect(r.status).toBe(0);
         expect(r.output[31]).toBe('execution\n');
         const listing = mode.length ? r.stdout : readFileSync(path.join(dir, 'out', '.svc_stdout'), 'utf8');

@@ -1,6 +1,7 @@
 import { PassThrough, Readable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import { contentTypeFor, normalizeEntryName, parseOutputTar, type OutputLimits } from '../../../../src/runtime/kubernetes/output-tar.ts';
+import { normalizeEntryName, parseOutputTar, type OutputLimits } from '../../../../src/runtime/kubernetes/output-tar.ts';
+import { contentTypeFor } from '../../../../src/runtime/run-output.ts';
 import { makeTar, outputTar, type TarEntry } from '../../../support/fake-kube/tar.ts';
 
 const limits: OutputLimits = { maxArtifactBytes: 1000, maxStdoutBytes: 10, maxTotalBytes: 100_000, maxEntries: 50 };
@@ -21,7 +22,7 @@ describe('parseOutputTar', () => {
     );
     expect(out).toMatchObject({ stdout: 'out', stderr: 'err', resultJson: '{"a": 1}', report: { exit_code: 0, execution_ms: 7 }, truncated: false, rejected: [] });
     expect(out.artifacts.map((a) => [a.name, a.size, a.contentType, a.data?.toString()])).toEqual([
-      ['a.txt', 5, 'text/plain', 'hello'],
+      ['a.txt', 5, 'text/plain; charset=utf-8', 'hello'],
       ['dir', 0, 'application/octet-stream', undefined],
     ]);
     expect(out.artifacts[1]!.skipped).toBe('not_regular');

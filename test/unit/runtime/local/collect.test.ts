@@ -2,7 +2,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { collectOutputs, contentTypeFor, readReport, readStream } from '../../../../src/runtime/local/collect.ts';
+import { collectOutputs, readReport, readStream } from '../../../../src/runtime/local/collect.ts';
 
 function outDir(): string {
   mkdirSync('/tmp/sandpod-test', { recursive: true });
@@ -63,9 +63,5 @@ describe('report and streams', () => {
     writeFileSync(path.join(d, '.svc_stdout'), 'abcdef');
     expect(readStream(d, '.svc_stdout', 4)).toEqual({ text: 'abcd', truncated: true });
     expect(readStream(d, '.svc_stderr', 4)).toEqual({ text: '', truncated: false });
-  });
-  it('maps extensions to content types', () => {
-    expect(contentTypeFor('a.JSON')).toBe('application/json');
-    expect(contentTypeFor('noext')).toBe('application/octet-stream');
   });
 });

@@ -1,7 +1,8 @@
 import { execFileSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { candidateEngines } from '../../../../src/runtime/local/engines.ts';
-import { programEnv, RUNNER_SOURCE } from '../../../../src/runtime/local/local-runtime.ts';
+import { programEnv } from '../../../../src/runtime/local/runner-command.ts';
+import { RUNNER_PATH } from '../../../../src/sandbox/paths.ts';
 
 describe('candidateEngines', () => {
   it('auto lists the strongest first; strict allows only gVisor', () => {
@@ -22,7 +23,7 @@ m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
 a = m.parse_args(['--python-path', '/deps', '--env', 'FOO=bar=baz', '--env', 'PATH=/custom'])
 print(json.dumps(m.program_env(a)))
 `;
-    const out = execFileSync('/usr/bin/python3', ['-I', '-c', py, RUNNER_SOURCE], { encoding: 'utf8' });
+    const out = execFileSync('/usr/bin/python3', ['-I', '-c', py, RUNNER_PATH], { encoding: 'utf8' });
     expect(JSON.parse(out)).toEqual(programEnv(['/deps'], { FOO: 'bar=baz', PATH: '/custom' }));
   });
 });
