@@ -1,11 +1,11 @@
-/** Shared set-up of the Kubernetes adapter tests: a fake API server and a runtime pointed at it. */
+/** Shared set-up of the Kubernetes runtime tests: a fake API server and a runtime pointed at it. */
 import * as v from 'valibot';
-import { JobTypeConfigSchema, parseConfig, type Config } from '../../../src/config.ts';
-import { fromConfig, type JobType } from '../../../src/jobtypes/job-type.ts';
-import { createKubernetesRuntime, type KubernetesRuntimeOptions } from '../../../src/runtime/kubernetes/index.ts';
-import { jobNameFor } from '../../../src/runtime/kubernetes/names.ts';
-import type { Runtime, RunSpec } from '../../../src/runtime/runtime.ts';
-import { FakeKube } from '../../support/fake-kube/server.ts';
+import { JobTypeConfigSchema, parseConfig, type Config } from '../../src/config.ts';
+import { fromConfig, type JobType } from '../../src/jobtypes/job-type.ts';
+import { createKubernetesRuntime, type KubernetesRuntimeOptions } from '../../src/runtime/kubernetes/index.ts';
+import { jobNameFor } from '../../src/runtime/kubernetes/names.ts';
+import type { Runtime, RunSpec } from '../../src/runtime/runtime.ts';
+import { FakeKube } from './fake-kube/server.ts';
 
 /** A config for the kubernetes runtime with test-friendly values. */
 export function testConfig(over: Record<string, unknown> = {}): Config {
