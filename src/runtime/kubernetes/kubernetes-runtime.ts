@@ -163,7 +163,8 @@ class KubernetesRuntime implements Runtime {
     let startedAt = this.clock.now();
     let jobSeen = false;
 
-    const runtimeClassName = await this.runtimeClassFor();
+    // Adopting creates nothing but a missing Secret, whose contents do not depend on the RuntimeClass.
+    const runtimeClassName = options.adopt ? await this.runtimeClassFor().catch(() => null) : await this.runtimeClassFor();
     const { secret, job } = buildJob(spec, spec.jobType, this.config, {
       runtimeClassName: runtimeClassName === false ? null : runtimeClassName,
       runnerSource: this.runner(),

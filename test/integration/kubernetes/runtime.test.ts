@@ -326,6 +326,34 @@ describe('kubernetes runtime: start, health, config', () => {
     }
   });
 
+  it('strict mode with the RuntimeClass unreadable (API error) rejects the attempt instead of failing the run as config_error', async () => {
+    const f2 = await FakeKube.start();
+    f2.addRuntimeClass('gvisor');
+    try {
+      // Both the lookup at start() and the one in run() fail: nothing is known about the RuntimeClass.
+      f2.failNext(/runtimeclasses/, 500, 2, 'GET');
+      const strict = await startRuntime(f2, { config: testConfig({ security_mode: 'strict' }) });
+      try {
+        const err = await strict.run(spec()).catch((e: unknown) => e);
+        expect(err).toBeInstanceOf(Error);
+        expect((err as Error).message).toContain('RuntimeClass');
+        expect(f2.list('jobs')).toHaveLength(0);
+        // The next attempt reads it and runs.
+        const s = spec();
+        const running = strict.run(s);
+        const pod = await f2.waitForPod(jobNameFor(s.executionId));
+        expect(f2.get('jobs', 'sandpod-jobs', jobNameFor(s.executionId))!.spec.template.spec.runtimeClassName).toBe('gvisor');
+        f2.mainRunning(pod);
+        f2.mainTerminated(pod, 0);
+        expect((await running).observation).toMatchObject({ exitCode: 0, infraError: null });
+      } finally {
+        await strict.stop();
+      }
+    } finally {
+      await f2.close();
+    }
+  });
+
   it('speaks v4.channel.k8s.io when the server has no v5', async () => {
     const f4 = await FakeKube.start({ execProtocols: ['v4.channel.k8s.io'], goneAsHttp: true });
     try {
