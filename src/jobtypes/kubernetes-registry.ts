@@ -10,9 +10,7 @@
 import type { KubeConfig } from '@kubernetes/client-node';
 import * as v from 'valibot';
 import { BUILTIN_JOB_TYPES, JobTypeConfigSchema, formatIssues, type Config } from '../config.ts';
-import { ReconnectingInformer } from '../kube/informer.ts';
-import { KubeApi } from '../kube/kube-api.ts';
-import { defaultKubeConfig } from '../kube/kube-config.ts';
+import { KubeApi, ReconnectingInformer, defaultKubeConfig } from '../kube/index.ts';
 import { silentLogger, type Logger } from '../logger.ts';
 import { fromConfig, type JobType, type JobTypeRegistry } from './job-type.ts';
 

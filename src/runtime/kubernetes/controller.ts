@@ -9,8 +9,7 @@
 import { PassThrough } from 'node:stream';
 import type { KubeConfig, V1Job, V1Pod } from '@kubernetes/client-node';
 import { systemClock, type Clock } from '../../clock.ts';
-import { ReconnectingInformer } from '../../kube/informer.ts';
-import type { KubeApi } from '../../kube/kube-api.ts';
+import { ReconnectingInformer, type KubeApi } from '../../kube/index.ts';
 import { silentLogger, type Logger } from '../../logger.ts';
 import type { RawRun, RunObservation } from '../runtime.ts';
 import { decide, type Action, type RunState } from './decide.ts';
