@@ -27,12 +27,6 @@ import { defaultOutputLimits } from './output-tar.ts';
 export interface KubernetesRuntimeOptions {
   /** Client configuration; default `KubeConfig.loadFromDefault()` (in-cluster service account or `KUBECONFIG`). */
   kubeConfig?: KubeConfig;
-  /**
-   * Ignored, kept only so callers that still pass one compile: the runtime applies no breaker or
-   * retry of its own (the service guards whole run attempts). To be removed with main.ts's `guard`.
-   * @deprecated
-   */
-  guard?: unknown;
   /** Needed by `start()` to garbage-collect Jobs whose record is terminal or missing. */
   hooks?: RuntimeHooks;
   clock?: Clock;
