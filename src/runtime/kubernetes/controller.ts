@@ -83,8 +83,17 @@ export class RunController {
       const key = o.metadata?.labels?.[LABELS.executionId];
       if (key && this.runs.has(key)) this.queue.add(key);
     };
-    this.pods.on((_e, o) => enqueue(o));
-    this.jobs.on((_e, o) => enqueue(o));
+    // One read from a watch can carry an object's ADDED and DELETED together: by the time a reconcile
+    // pass looks at the cache it is gone, and "never seen" would wait for the startup timeout instead
+    // of reporting the loss. A delete of an object the run had not seen yet marks it seen.
+    this.pods.on((e, o) => {
+      if (e === 'delete') this.noteDeleted(o, 'pod');
+      enqueue(o);
+    });
+    this.jobs.on((e, o) => {
+      if (e === 'delete') this.noteDeleted(o, 'job');
+      enqueue(o);
+    });
     this.queue = new KeyedWorkQueue((key) => this.reconcile(key), {
       onError: (key, err, retryInMs) =>
         this.log.warn({ execution_id: this.executionIdOf(key), err: String(err), retry_in_ms: retryInMs }, 'reconcile failed; will retry'),
@@ -142,6 +151,22 @@ export class RunController {
     if (!run) return;
     run.state.cancelRequested = true;
     this.queue.add(key);
+  }
+
+  private noteDeleted(o: V1Pod | V1Job, kind: 'pod' | 'job'): void {
+    const key = o.metadata?.labels?.[LABELS.executionId];
+    const run = key ? this.runs.get(key) : undefined;
+    if (!run) return;
+    const jobName = run.state.jobName;
+    if (kind === 'job') {
+      if (o.metadata?.name === jobName) run.state.jobSeen = true;
+      return;
+    }
+    if (run.podUid || !o.metadata?.uid) return;
+    if (o.metadata.labels?.['job-name'] === jobName || o.metadata.ownerReferences?.some((r) => r.name === jobName)) {
+      run.podUid = o.metadata.uid;
+      run.state.podSeen = true;
+    }
   }
 
   /** The run's pod: the first one seen for it (a replacement pod is not the run's). */

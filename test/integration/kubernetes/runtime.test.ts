@@ -156,6 +156,28 @@ describe('kubernetes runtime: failures and timeouts', () => {
     expect(raw.observation.infraError).toMatchObject({ type: 'internal_error' });
   });
 
+  it('a pod created and deleted within one read of the watch is still reported lost (not a startup timeout)', async () => {
+    const s = spec({ startupTimeoutSec: 10 });
+    fake.holdEvents();
+    let pod: string;
+    const running = rt.run(s);
+    try {
+      pod = await podOf(fake, s);
+      // The run is tracked once its Secret exists (it is created right before).
+      await fake.waitFor(() => fake.get('secrets', 'sandpod-jobs', jobNameFor(s.executionId)) !== undefined, 2000, 'the run Secret');
+      await new Promise((r) => setTimeout(r, 50));
+      fake.mainRunning(pod);
+      fake.deletePod(pod, 0);
+    } finally {
+      fake.releaseEvents();
+    }
+    const t0 = Date.now();
+    const raw = await running;
+    expect(raw.observation.infraError).toMatchObject({ type: 'internal_error' });
+    expect(raw.observation.infraError?.message).toContain('pod was deleted');
+    expect(Date.now() - t0).toBeLessThan(5000);
+  });
+
   it('pod evicted → internal_error naming the eviction', async () => {
     const s = spec();
     const running = rt.run(s);

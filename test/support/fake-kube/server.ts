@@ -162,6 +162,8 @@ export class FakeKube {
   private execHandler: ExecHandler | null = null;
   private readonly failures: { method?: string; path: RegExp; status: number; times: number; afterCommit: boolean }[] = [];
   private down = false;
+  /** While set, watch events are kept per watch and written later in one chunk (`holdEvents`). */
+  private held: Map<Watcher, string[]> | null = null;
   private readonly wss: WebSocketServer;
   private readonly server: http.Server;
 
@@ -263,7 +265,9 @@ export class FakeKube {
     if (w.kind !== ev.kind) return;
     if (w.ns !== null && ev.obj.metadata.namespace !== w.ns) return;
     if (!matches(w.selector, ev.obj)) return;
-    w.res.write(JSON.stringify({ type: ev.type, object: ev.obj }) + '\n');
+    const line = JSON.stringify({ type: ev.type, object: ev.obj }) + '\n';
+    if (this.held) this.held.set(w, [...(this.held.get(w) ?? []), line]);
+    else w.res.write(line);
   }
 
   /** Every object of a kind (copies). */
@@ -289,6 +293,21 @@ export class FakeKube {
   closeWatches(): void {
     for (const w of this.watchers) w.res.end();
     this.watchers.clear();
+  }
+
+  /**
+   * Holds watch events until {@link releaseEvents}, which writes each watch's events in one chunk: a
+   * client then reads them in one go, as it does when a real server's events pile up in one TCP read.
+   */
+  holdEvents(): void {
+    this.held ??= new Map();
+  }
+
+  /** Writes the events held since {@link holdEvents}, one chunk per watch, and stops holding. */
+  releaseEvents(): void {
+    const held = this.held;
+    this.held = null;
+    for (const [w, lines] of held ?? []) if (this.watchers.has(w)) w.res.write(lines.join(''));
   }
 
   /** Number of open watches. */
