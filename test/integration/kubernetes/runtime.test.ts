@@ -475,6 +475,22 @@ describe('kubernetes runtime: one guard policy, applied outside', () => {
   });
 });
 
+describe('kubernetes runtime: API errors as the outer policy sees them', () => {
+  it('a 403 on the Job create (RBAC) rejects with UnretryableError: no retry can fix it', async () => {
+    fake.failNext(/\/jobs$/, 403, 1, 'POST');
+    const err = await rt.run(spec()).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(UnretryableError);
+    expect((err as Error).message).toMatch(/create job: HTTP 403/);
+  });
+
+  it('a Secret create that fails removes the Job again: a failed attempt leaves no Job behind', async () => {
+    fake.failNext(/\/secrets$/, 500, 1, 'POST');
+    const s = spec();
+    await expect(rt.run(s)).rejects.toThrow(/create secret/);
+    await fake.waitFor(() => !fake.get('jobs', 'sandpod-jobs', jobNameFor(s.executionId)), 2000, 'job removed');
+  });
+});
+
 describe('kubernetes runtime: truncated streams (issue #9)', () => {
   it('the runner cut stdout at max_stdout_bytes and said so: stdout_truncated is set', async () => {
     const s = spec({ maxStdoutBytes: 16 });
