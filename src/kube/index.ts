@@ -1,7 +1,8 @@
 /**
  * The Kubernetes client layer: configuration loading, the typed API calls, a reconnecting informer
  * and exec over WebSocket. It knows nothing of runs or job types (runtime/kubernetes and jobtypes
- * build on it), and applies no breaker or retry of its own to single calls.
+ * build on it). Its calls go through no breaker and no retry (the service guards whole run attempts);
+ * the informer reconnects with its own backoff and never touches the breaker.
  */
 export { defaultKubeConfig } from './kube-config.ts';
 export { KubeApi, httpStatusOf } from './kube-api.ts';
