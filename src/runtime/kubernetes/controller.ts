@@ -145,6 +145,15 @@ export class RunController {
     });
   }
 
+  /** Stops driving a run whose objects could not be created; its `track()` promise rejects. */
+  untrack(key: string): void {
+    const run = this.runs.get(key);
+    if (!run) return;
+    this.runs.delete(key);
+    this.queue.forget(key);
+    run.reject(new Error('the run was not started'));
+  }
+
   /** Marks a run cancelled and reconciles it. */
   cancel(key: string): void {
     const run = this.runs.get(key);

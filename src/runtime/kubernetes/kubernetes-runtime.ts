@@ -163,45 +163,59 @@ class KubernetesRuntime implements Runtime {
       runnerSource: this.runner(),
     });
 
+    let adopted: V1Job | null = null;
     if (options.adopt) {
-      const existing = await this.api.getJob(this.ns, jobName);
-      if (!existing) throw new RunGoneError(`no Job ${jobName} for execution ${spec.executionId}`);
-      startedAt = toMs(existing.metadata?.creationTimestamp) ?? startedAt;
+      adopted = await this.api.getJob(this.ns, jobName);
+      if (!adopted) throw new RunGoneError(`no Job ${jobName} for execution ${spec.executionId}`);
+      startedAt = toMs(adopted.metadata?.creationTimestamp) ?? startedAt;
       jobSeen = true;
-      const finished = existing.status?.conditions?.some((c) => (c.type === 'Complete' || c.type === 'Failed') && c.status === 'True');
-      // The process that created the Job may have died before its Secret existed.
-      if (!finished) await this.ensureSecret(secret, existing);
     } else {
       if (options.signal?.aborted) return cancelledBeforeStart(startedAt);
       if (runtimeClassName === false) {
         return infraFailure(startedAt, 'config_error', `security_mode strict requires RuntimeClass ${this.config.kubernetes.runtime_class}, which does not exist in the cluster`);
       }
-      const owner = await this.ensureJob(job, jobName);
-      try {
-        await this.ensureSecret(secret, owner);
-      } catch (err) {
-        // Without its Secret the pod can never start; remove the Job so a retry starts clean.
-        await this.api.deleteJob(this.ns, jobName).catch(() => undefined);
-        throw err;
-      }
     }
 
-    const state = newRunState({
-      executionId: spec.executionId,
-      jobName,
-      startedAt,
-      startupTimeoutMs: spec.startupTimeoutSec * 1000,
-      podGoneGraceMs: t.podGoneGraceMs ?? 3000,
-      jobSeen,
+    // Tracked before anything is created: the controller then hears of every event of the run's
+    // objects, even a pod that comes and goes before the creates return.
+    const tracked = this.controller.track(key, {
+      state: newRunState({
+        executionId: spec.executionId,
+        jobName,
+        startedAt,
+        startupTimeoutMs: spec.startupTimeoutSec * 1000,
+        podGoneGraceMs: t.podGoneGraceMs ?? 3000,
+        jobSeen,
+      }),
+      limits: defaultOutputLimits(spec.maxArtifactBytes, spec.maxStdoutBytes),
+      ...(options.onPhase ? { onPhase: options.onPhase } : {}),
     });
+    // Awaited below; until then a rejection (runtime stopped) must not count as unhandled.
+    tracked.catch(() => undefined);
+    try {
+      if (adopted) {
+        const finished = adopted.status?.conditions?.some((c) => (c.type === 'Complete' || c.type === 'Failed') && c.status === 'True');
+        // The process that created the Job may have died before its Secret existed.
+        if (!finished) await this.ensureSecret(secret, adopted);
+      } else {
+        const owner = await this.ensureJob(job, jobName);
+        try {
+          await this.ensureSecret(secret, owner);
+        } catch (err) {
+          // Without its Secret the pod can never start; remove the Job so a retry starts clean.
+          await this.api.deleteJob(this.ns, jobName).catch(() => undefined);
+          throw err;
+        }
+      }
+    } catch (err) {
+      this.controller.untrack(key);
+      throw err;
+    }
+
+    // Cancellation is heard only now: a cancel during the creates would delete a Job not yet made.
     const onAbort = () => this.controller.cancel(key);
     options.signal?.addEventListener('abort', onAbort, { once: true });
     try {
-      const tracked = this.controller.track(key, {
-        state,
-        limits: defaultOutputLimits(spec.maxArtifactBytes, spec.maxStdoutBytes),
-        ...(options.onPhase ? { onPhase: options.onPhase } : {}),
-      });
       if (options.signal?.aborted) this.controller.cancel(key);
       return await tracked;
     } finally {

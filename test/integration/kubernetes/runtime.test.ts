@@ -163,9 +163,6 @@ describe('kubernetes runtime: failures and timeouts', () => {
     const running = rt.run(s);
     try {
       pod = await podOf(fake, s);
-      // The run is tracked once its Secret exists (it is created right before).
-      await fake.waitFor(() => fake.get('secrets', 'sandpod-jobs', jobNameFor(s.executionId)) !== undefined, 2000, 'the run Secret');
-      await new Promise((r) => setTimeout(r, 50));
       fake.mainRunning(pod);
       fake.deletePod(pod, 0);
     } finally {
