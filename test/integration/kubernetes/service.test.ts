@@ -133,9 +133,11 @@ describe('service on the kubernetes runtime', () => {
     fake.schedule(pod);
     fake.mainRunning(pod);
     for (let i = 0; i < 50 && ((await (await svc.get(`/jobs/${id}`)).json()) as J).status !== 'running'; i++) await new Promise((r) => setTimeout(r, 50));
-    // Crash: the process's database and runtime vanish without finalizing anything.
-    await svc.runtime.stop();
+    // Crash: the process's database and runtime vanish without finalizing anything. The database
+    // goes first: a stopped runtime rejects the run, and the dying service's retry could otherwise
+    // still write a verdict (internal_error) before its database is gone.
     await svc.db.destroy();
+    await svc.runtime.stop();
     const next = await startTestService(K8S, {}, database);
     try {
       await succeed(pod, { stdout: 'survivor\n' });
