@@ -17,6 +17,10 @@
  *   byte first (1 stdout, 2 stderr, 3 Status JSON; v5 also 255 = close channel), streaming a tar the
  *   test prepared for `collector`, and the release command that lets the collector exit.
  *
+ * - faults as real servers have them: injected error answers (`failNext`, optionally after the write
+ *   was carried out, as when the server times out after etcd stored it), an outage (`setDown`),
+ *   watch events piling up into one read (`holdEvents`/`releaseEvents`).
+ *
  * Every request is counted (`requests`), so tests and the bench can assert API calls per run.
  */
 import { randomUUID } from 'node:crypto';
