@@ -10,10 +10,8 @@
 import type { KubeConfig } from '@kubernetes/client-node';
 import * as v from 'valibot';
 import { BUILTIN_JOB_TYPES, JobTypeConfigSchema, formatIssues, type Config } from '../config.ts';
-import { ReconnectingInformer, type InformerLogger } from '../runtime/kubernetes/informer.ts';
-import { KubeApi } from '../runtime/kubernetes/kube-api.ts';
-import { defaultKubeConfig } from '../runtime/kubernetes/kubernetes-runtime.ts';
-import { NO_GUARD, type Guard } from '../runtime/runtime.ts';
+import { KubeApi, ReconnectingInformer, defaultKubeConfig } from '../kube/index.ts';
+import { silentLogger, type Logger } from '../logger.ts';
 import { fromConfig, type JobType, type JobTypeRegistry } from './job-type.ts';
 
 /** API coordinates of the JobType resource. */
@@ -40,8 +38,7 @@ export interface JobTypeResource {
 /** Options of {@link KubernetesJobTypeRegistry}. */
 export interface KubernetesJobTypeRegistryOptions {
   kubeConfig?: KubeConfig;
-  guard?: Guard;
-  logger?: InformerLogger;
+  logger?: Logger;
   informerBackoffInitialMs?: number;
   informerBackoffMaxMs?: number;
 }
@@ -74,20 +71,19 @@ export class KubernetesJobTypeRegistry implements JobTypeRegistry {
   private readonly informer: ReconnectingInformer<JobTypeResource>;
   private types = new Map<string, JobType>();
   private readonly builtinDefault: JobType;
-  private readonly log: InformerLogger;
+  private readonly log: Logger;
 
   constructor(config: Pick<Config, 'kubernetes'>, opts: KubernetesJobTypeRegistryOptions = {}) {
     const kc = opts.kubeConfig ?? defaultKubeConfig();
-    const api = new KubeApi(kc, opts.guard ?? NO_GUARD);
+    const api = new KubeApi(kc);
     const ns = config.kubernetes.namespace;
-    this.log = opts.logger ?? { debug: () => undefined, warn: () => undefined };
+    this.log = opts.logger ?? silentLogger;
     this.builtinDefault = fromConfig(v.parse(JobTypeConfigSchema, BUILTIN_JOB_TYPES.find((t) => t.name === 'default')!));
     this.informer = new ReconnectingInformer<JobTypeResource>({
       kubeConfig: kc,
       name: 'jobtypes',
       path: `/apis/${JOBTYPE_API.group}/${JOBTYPE_API.version}/namespaces/${ns}/${JOBTYPE_API.plural}`,
       list: () => api.listCustom<JobTypeResource>(JOBTYPE_API.group, JOBTYPE_API.version, ns, JOBTYPE_API.plural),
-      ...(opts.guard ? { guard: opts.guard } : {}),
       logger: this.log,
       ...(opts.informerBackoffInitialMs !== undefined ? { backoffInitialMs: opts.informerBackoffInitialMs } : {}),
       ...(opts.informerBackoffMaxMs !== undefined ? { backoffMaxMs: opts.informerBackoffMaxMs } : {}),
@@ -119,7 +115,7 @@ export class KubernetesJobTypeRegistry implements JobTypeRegistry {
     for (const r of this.informer.list()) {
       const jt = jobTypeFromResource(r);
       if ('error' in jt) {
-        this.log.warn({ jobType: r.metadata?.name, error: jt.error }, 'JobType resource refused');
+        this.log.warn({ job_type: r.metadata?.name, error: jt.error }, 'JobType resource refused');
         continue;
       }
       next.set(jt.name, jt);

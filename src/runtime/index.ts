@@ -1,13 +1,26 @@
 /** Picks the runtime the configuration names. */
 import type { Config } from '../config.ts';
 import type { Logger } from '../logger.ts';
-import type { Guard, Runtime, RuntimeHooks } from './runtime.ts';
+import type { Runtime, RuntimeHooks } from './runtime.ts';
+
+/** What {@link createRuntime} needs from the service. */
+export interface RuntimeDeps {
+  logger: Logger;
+  /** Lets the Kubernetes runtime tell orphaned Jobs from live ones at start. */
+  hooks: RuntimeHooks;
+  /**
+   * Ignored: runtimes apply no breaker or retry of their own; the service guards each run attempt.
+   * Kept optional so main.ts compiles until it stops passing one.
+   * @deprecated
+   */
+  guard?: unknown;
+}
 
 /** Creates the configured runtime (`local` or `kubernetes`). */
-export async function createRuntime(config: Config, deps: { logger: Logger; guard: Guard; hooks: RuntimeHooks }): Promise<Runtime> {
+export async function createRuntime(config: Config, deps: RuntimeDeps): Promise<Runtime> {
   if (config.runtime === 'kubernetes') {
     const { createKubernetesRuntime } = await import('./kubernetes/index.ts');
-    return createKubernetesRuntime(config, { guard: deps.guard, hooks: deps.hooks, logger: deps.logger });
+    return createKubernetesRuntime(config, { hooks: deps.hooks, logger: deps.logger });
   }
   const { createLocalRuntime } = await import('./local/index.ts');
   return createLocalRuntime(config, { logger: deps.logger });

@@ -150,9 +150,6 @@ export class RunGoneError extends Error {
  */
 export type Guard = <T>(op: string, fn: () => Promise<T>) => Promise<T>;
 
-/** A guard that does nothing: for tests and tools. */
-export const NO_GUARD: Guard = (_op, fn) => fn();
-
 /** What a runtime may ask of the service without knowing the store. */
 export interface RuntimeHooks {
   /** Of the given execution ids, those whose record exists and is not terminal. */

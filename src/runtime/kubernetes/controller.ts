@@ -2,27 +2,20 @@
  * The run controller: informers on this instance's run Jobs and Pods, a keyed work queue (one
  * reconcile per execution at a time), and a reconcile pass that reads state, asks {@link decide}
  * what to do and applies it. Informer handlers only enqueue the execution id from a label.
+ *
+ * The API calls a reconcile pass makes are plain: a failed pass is retried by the work queue with
+ * its own capped backoff, never through the service's circuit breaker (that one counts run attempts).
  */
 import { PassThrough } from 'node:stream';
 import type { KubeConfig, V1Job, V1Pod } from '@kubernetes/client-node';
-import { NO_GUARD, type Guard, type RawRun, type RunObservation } from '../runtime.ts';
+import { systemClock, type Clock } from '../../clock.ts';
+import { ReconnectingInformer, type KubeApi } from '../../kube/index.ts';
+import { silentLogger, type Logger } from '../../logger.ts';
+import type { RawRun, RunObservation } from '../runtime.ts';
 import { decide, type Action, type RunState } from './decide.ts';
-import { ReconnectingInformer, type InformerLogger } from './informer.ts';
-import type { KubeApi } from './kube-api.ts';
 import { COLLECT_COMMAND, CONTAINERS, LABELS, RELEASE_COMMAND, instanceSelector } from './names.ts';
 import { parseOutputTar, type OutputLimits } from './output-tar.ts';
 import { KeyedWorkQueue } from './work-queue.ts';
-
-/** Logger used by the controller (pino-compatible subset). */
-export interface ControllerLogger extends InformerLogger {
-  info(obj: object, msg?: string): void;
-  error(obj: object, msg?: string): void;
-}
-
-/** A clock; inject one in tests. */
-export interface Clock {
-  now(): number;
-}
 
 /** Options of {@link RunController}. */
 export interface RunControllerOptions {
@@ -30,9 +23,8 @@ export interface RunControllerOptions {
   api: KubeApi;
   namespace: string;
   instance: string;
-  guard?: Guard;
   clock?: Clock;
-  logger?: ControllerLogger;
+  logger?: Logger;
   /** Collection attempts before the outputs are given up as lost. */
   collectAttempts?: number;
   /** Time limit of one exec, ms. */
@@ -53,28 +45,23 @@ export interface TrackedRun {
   podUid?: string;
 }
 
-const silent: ControllerLogger = { debug: () => undefined, info: () => undefined, warn: () => undefined, error: () => undefined };
-
 /** See the module comment. */
 export class RunController {
   readonly pods: ReconnectingInformer<V1Pod>;
   readonly jobs: ReconnectingInformer<V1Job>;
   private readonly queue: KeyedWorkQueue;
   private readonly runs = new Map<string, TrackedRun>();
-  private readonly guard: Guard;
   private readonly clock: Clock;
-  private readonly log: ControllerLogger;
+  private readonly log: Logger;
   private stopped = false;
 
   constructor(private readonly opts: RunControllerOptions) {
-    this.guard = opts.guard ?? NO_GUARD;
-    this.clock = opts.clock ?? { now: () => Date.now() };
-    this.log = opts.logger ?? silent;
+    this.clock = opts.clock ?? systemClock;
+    this.log = opts.logger ?? silentLogger;
     const selector = instanceSelector(opts.instance);
     const common = {
       kubeConfig: opts.kubeConfig,
       labelSelector: selector,
-      guard: this.guard,
       logger: this.log,
       ...(opts.informerBackoffInitialMs !== undefined ? { backoffInitialMs: opts.informerBackoffInitialMs } : {}),
       ...(opts.informerBackoffMaxMs !== undefined ? { backoffMaxMs: opts.informerBackoffMaxMs } : {}),
@@ -96,10 +83,20 @@ export class RunController {
       const key = o.metadata?.labels?.[LABELS.executionId];
       if (key && this.runs.has(key)) this.queue.add(key);
     };
-    this.pods.on((_e, o) => enqueue(o));
-    this.jobs.on((_e, o) => enqueue(o));
+    // One read from a watch can carry an object's ADDED and DELETED together: by the time a reconcile
+    // pass looks at the cache it is gone, and "never seen" would wait for the startup timeout instead
+    // of reporting the loss. A delete of an object the run had not seen yet marks it seen.
+    this.pods.on((e, o) => {
+      if (e === 'delete') this.noteDeleted(o, 'pod');
+      enqueue(o);
+    });
+    this.jobs.on((e, o) => {
+      if (e === 'delete') this.noteDeleted(o, 'job');
+      enqueue(o);
+    });
     this.queue = new KeyedWorkQueue((key) => this.reconcile(key), {
-      onError: (key, err, retryInMs) => this.log.warn({ executionKey: key, err: String(err), retryInMs }, 'reconcile failed; will retry'),
+      onError: (key, err, retryInMs) =>
+        this.log.warn({ execution_id: this.executionIdOf(key), err: String(err), retry_in_ms: retryInMs }, 'reconcile failed; will retry'),
     });
   }
 
@@ -119,6 +116,11 @@ export class RunController {
       this.runs.delete(key);
       run.reject(new Error('kubernetes runtime stopped while the run was in progress'));
     }
+  }
+
+  /** The execution id behind a label key (they differ only for ids that are not valid label values). */
+  private executionIdOf(key: string): string {
+    return this.runs.get(key)?.state.executionId ?? key;
   }
 
   /** Whether a run is being driven under this key. */
@@ -143,12 +145,37 @@ export class RunController {
     });
   }
 
+  /** Stops driving a run whose objects could not be created; its `track()` promise rejects. */
+  untrack(key: string): void {
+    const run = this.runs.get(key);
+    if (!run) return;
+    this.runs.delete(key);
+    this.queue.forget(key);
+    run.reject(new Error('the run was not started'));
+  }
+
   /** Marks a run cancelled and reconciles it. */
   cancel(key: string): void {
     const run = this.runs.get(key);
     if (!run) return;
     run.state.cancelRequested = true;
     this.queue.add(key);
+  }
+
+  private noteDeleted(o: V1Pod | V1Job, kind: 'pod' | 'job'): void {
+    const key = o.metadata?.labels?.[LABELS.executionId];
+    const run = key ? this.runs.get(key) : undefined;
+    if (!run) return;
+    const jobName = run.state.jobName;
+    if (kind === 'job') {
+      if (o.metadata?.name === jobName) run.state.jobSeen = true;
+      return;
+    }
+    if (run.podUid || !o.metadata?.uid) return;
+    if (o.metadata.labels?.['job-name'] === jobName || o.metadata.ownerReferences?.some((r) => r.name === jobName)) {
+      run.podUid = o.metadata.uid;
+      run.state.podSeen = true;
+    }
   }
 
   /** The run's pod: the first one seen for it (a replacement pod is not the run's). */
@@ -194,7 +221,7 @@ export class RunController {
         try {
           run.onPhase?.('execution');
         } catch (err) {
-          this.log.warn({ executionKey: key, err: String(err) }, 'onPhase threw');
+          this.log.warn({ execution_id: run.state.executionId, err: String(err) }, 'onPhase threw');
         }
         return false;
       case 'wakeAt':
@@ -211,16 +238,14 @@ export class RunController {
         run.state.depsLog = await this.opts.api.podLogTail(ns, action.pod, CONTAINERS.deps);
         return true;
       case 'collect':
-        await this.collect(key, run, action.pod);
+        await this.collect(run, action.pod);
         return true;
       case 'release':
         try {
-          await this.guard('exec release', () =>
-            this.opts.api.exec(ns, action.pod, CONTAINERS.collector, RELEASE_COMMAND, { timeoutMs: this.opts.execTimeoutMs ?? 30_000 }),
-          );
+          await this.opts.api.exec(ns, action.pod, CONTAINERS.collector, RELEASE_COMMAND, { timeoutMs: this.opts.execTimeoutMs ?? 30_000 });
         } catch (err) {
           // The outputs are safe; a collector we cannot reach ends with the Job's deadline anyway.
-          this.log.warn({ executionKey: key, err: String(err) }, 'could not release the collector');
+          this.log.warn({ execution_id: run.state.executionId, err: String(err) }, 'could not release the collector');
         }
         run.state.released = true;
         return true;
@@ -230,10 +255,10 @@ export class RunController {
     }
   }
 
-  private async collect(key: string, run: TrackedRun, pod: string): Promise<void> {
+  private async collect(run: TrackedRun, pod: string): Promise<void> {
     const ns = this.opts.namespace;
     try {
-      const output = await this.guard('exec collect', async () => {
+      const output = await (async () => {
         const pipe = new PassThrough();
         const abort = new AbortController();
         const parsing = parseOutputTar(pipe, run.limits).finally(() => {
@@ -258,12 +283,12 @@ export class RunController {
           throw new Error(`tar in the collector failed (exit ${execRes.value.exitCode ?? '?'}): ${execRes.value.stderr.slice(0, 500)}`);
         }
         return parsed.value;
-      });
+      })();
       run.state.collection = { ok: true, output };
     } catch (err) {
       run.collectFailures++;
       const attempts = this.opts.collectAttempts ?? 3;
-      this.log.warn({ executionKey: key, err: String(err), attempt: run.collectFailures }, 'collecting outputs failed');
+      this.log.warn({ execution_id: run.state.executionId, err: String(err), attempt: run.collectFailures }, 'collecting outputs failed');
       if (run.collectFailures < attempts) throw err;
       run.state.collection = { ok: false, error: String(err instanceof Error ? err.message : err) };
     }
@@ -275,15 +300,18 @@ export class RunController {
     this.queue.forget(key);
     const out = run.state.collection?.ok ? run.state.collection.output : null;
     if (out && (out.rejected.length > 0 || out.truncated)) {
-      this.log.warn({ executionKey: key, rejected: out.rejected, truncated: out.truncated }, 'some outputs were refused');
+      this.log.warn({ execution_id: run.state.executionId, rejected: out.rejected, truncated: out.truncated }, 'some outputs were refused');
     }
+    // The runner cuts its streams at max_stdout_bytes and says so in its report; a stream file longer
+    // than the cap (a runner that did not cut) was cut by the parser. Either way the record says so,
+    // as on the local runtime.
     run.resolve({
       observation,
       report: out?.report ?? null,
       stdout: out?.stdout ?? '',
       stderr: out?.stderr ?? '',
-      stdoutTruncated: out?.stdoutTruncated ?? false,
-      stderrTruncated: out?.stderrTruncated ?? false,
+      stdoutTruncated: (out?.stdoutTruncated ?? false) || out?.report?.stdout_truncated === true,
+      stderrTruncated: (out?.stderrTruncated ?? false) || out?.report?.stderr_truncated === true,
       resultJson: out?.resultJson ?? null,
       ...(out?.resultJsonTooLarge ? { resultJsonTooLarge: true } : {}),
       artifacts: out?.artifacts ?? [],

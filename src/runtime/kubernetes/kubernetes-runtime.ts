@@ -2,26 +2,24 @@
  * The Kubernetes runtime: every run is a batch/v1 Job (plus a Secret with its code and input) in the
  * runs namespace; a controller watches the run pods, reports the startup → execution transition,
  * pulls `/output` from the `collector` sidecar and resolves the run with a {@link RawRun}.
+ *
+ * Failure policy: `run()` makes plain API calls and rejects on the first one that fails; the
+ * service's single breaker + retry around each run attempt (executions/) counts it once and runs the
+ * attempt again. Every create uses the execution's deterministic name and treats 409 as success, so a
+ * retried attempt picks up what an earlier one left. Once the run is tracked, the controller's work
+ * queue retries its own calls with backoff, outside the breaker.
  */
 import { readFileSync } from 'node:fs';
-import { KubeConfig } from '@kubernetes/client-node';
+import type { KubeConfig, V1Job, V1Secret } from '@kubernetes/client-node';
+import { systemClock, type Clock } from '../../clock.ts';
 import type { Config } from '../../config.ts';
+import { KubeApi, defaultKubeConfig } from '../../kube/index.ts';
+import { silentLogger, type Logger } from '../../logger.ts';
 import { RUNNER_PATH } from '../../sandbox/paths.ts';
-import {
-  NO_GUARD,
-  RunGoneError,
-  type Guard,
-  type RawRun,
-  type RunOptions,
-  type RunSpec,
-  type Runtime,
-  type RuntimeHealth,
-  type RuntimeHooks,
-} from '../runtime.ts';
+import { RunGoneError, type RawRun, type RunOptions, type RunSpec, type Runtime, type RuntimeHealth, type RuntimeHooks } from '../runtime.ts';
 import { buildJob, ownSecret } from './build-job.ts';
-import { RunController, type Clock, type ControllerLogger } from './controller.ts';
+import { RunController } from './controller.ts';
 import { newRunState, toMs } from './decide.ts';
-import { KubeApi } from './kube-api.ts';
 import { ANNOTATIONS, LABELS, executionLabel, jobNameFor } from './names.ts';
 import { defaultOutputLimits } from './output-tar.ts';
 
@@ -29,12 +27,10 @@ import { defaultOutputLimits } from './output-tar.ts';
 export interface KubernetesRuntimeOptions {
   /** Client configuration; default `KubeConfig.loadFromDefault()` (in-cluster service account or `KUBECONFIG`). */
   kubeConfig?: KubeConfig;
-  /** The service's breaker + retry; every API call goes through it. */
-  guard?: Guard;
   /** Needed by `start()` to garbage-collect Jobs whose record is terminal or missing. */
   hooks?: RuntimeHooks;
   clock?: Clock;
-  logger?: ControllerLogger;
+  logger?: Logger;
   /** Text of the runner shipped to every run; default: `src/sandbox/runner.py` read at creation. */
   runnerSource?: string;
   /** Tuning, mostly for tests. */
@@ -53,15 +49,6 @@ export interface KubernetesRuntimeOptions {
 /** The path of the runner every runtime uses (named once, in src/sandbox/paths.ts). */
 export { RUNNER_PATH };
 
-const silent: ControllerLogger = { debug: () => undefined, info: () => undefined, warn: () => undefined, error: () => undefined };
-
-/** Loads the client configuration the way kubectl does: in-cluster, else `KUBECONFIG`/`~/.kube/config`. */
-export function defaultKubeConfig(): KubeConfig {
-  const kc = new KubeConfig();
-  kc.loadFromDefault();
-  return kc;
-}
-
 /**
  * Creates the Kubernetes runtime. Nothing touches the cluster until `start()`, which syncs the
  * informers and deletes Jobs of this instance whose execution is no longer live (per `hooks`).
@@ -75,9 +62,8 @@ class KubernetesRuntime implements Runtime {
   private readonly kc: KubeConfig;
   private readonly api: KubeApi;
   private readonly controller: RunController;
-  private readonly guard: Guard;
   private readonly clock: Clock;
-  private readonly log: ControllerLogger;
+  private readonly log: Logger;
   private readonly ns: string;
   private runnerSource: string | null;
   private runtimeClass: { exists: boolean | null; at: number } = { exists: null, at: 0 };
@@ -89,11 +75,10 @@ class KubernetesRuntime implements Runtime {
     private readonly options: KubernetesRuntimeOptions,
   ) {
     this.kc = options.kubeConfig ?? defaultKubeConfig();
-    this.guard = options.guard ?? NO_GUARD;
-    this.clock = options.clock ?? { now: () => Date.now() };
-    this.log = options.logger ?? silent;
+    this.clock = options.clock ?? systemClock;
+    this.log = options.logger ?? silentLogger;
     this.ns = config.kubernetes.runs_namespace;
-    this.api = new KubeApi(this.kc, this.guard);
+    this.api = new KubeApi(this.kc);
     this.runnerSource = options.runnerSource ?? null;
     const t = options.tuning ?? {};
     this.controller = new RunController({
@@ -101,7 +86,6 @@ class KubernetesRuntime implements Runtime {
       api: this.api,
       namespace: this.ns,
       instance: config.kubernetes.instance,
-      guard: this.guard,
       clock: this.clock,
       logger: this.log,
       ...(t.execTimeoutMs !== undefined ? { execTimeoutMs: t.execTimeoutMs } : {}),
@@ -144,7 +128,7 @@ class KubernetesRuntime implements Runtime {
     } catch (err) {
       error = err instanceof Error ? err.message : String(err);
     }
-    const gvisor = available ? await this.refreshRuntimeClass(true) : this.runtimeClass.exists === true;
+    const gvisor = (available ? await this.refreshRuntimeClass(true) : this.runtimeClass.exists) === true;
     const value: RuntimeHealth = {
       available,
       gvisorAvailable: gvisor,
@@ -172,59 +156,99 @@ class KubernetesRuntime implements Runtime {
     let startedAt = this.clock.now();
     let jobSeen = false;
 
-    const runtimeClassName = await this.runtimeClassFor();
+    // Adopting creates nothing but a missing Secret, whose contents do not depend on the RuntimeClass.
+    const runtimeClassName = options.adopt ? await this.runtimeClassFor().catch(() => null) : await this.runtimeClassFor();
     const { secret, job } = buildJob(spec, spec.jobType, this.config, {
       runtimeClassName: runtimeClassName === false ? null : runtimeClassName,
       runnerSource: this.runner(),
     });
 
+    let adopted: V1Job | null = null;
     if (options.adopt) {
-      const existing = await this.api.getJob(this.ns, jobName);
-      if (!existing) throw new RunGoneError(`no Job ${jobName} for execution ${spec.executionId}`);
-      startedAt = toMs(existing.metadata?.creationTimestamp) ?? startedAt;
+      adopted = await this.api.getJob(this.ns, jobName);
+      if (!adopted) throw new RunGoneError(`no Job ${jobName} for execution ${spec.executionId}`);
+      startedAt = toMs(adopted.metadata?.creationTimestamp) ?? startedAt;
       jobSeen = true;
-      const finished = existing.status?.conditions?.some((c) => (c.type === 'Complete' || c.type === 'Failed') && c.status === 'True');
-      // The process that created the Job may have died before its Secret existed.
-      if (!finished) await this.api.createSecret(ownSecret(secret, existing));
     } else {
       if (options.signal?.aborted) return cancelledBeforeStart(startedAt);
       if (runtimeClassName === false) {
         return infraFailure(startedAt, 'config_error', `security_mode strict requires RuntimeClass ${this.config.kubernetes.runtime_class}, which does not exist in the cluster`);
       }
-      const created = await this.api.createJob(job);
-      // 409: another attempt (or replica) created it; the Secret is owned by whichever Job exists.
-      const owner = created ?? (await this.api.getJob(this.ns, jobName));
-      if (!owner) throw new Error(`Job ${jobName} exists and vanished at once; retry`);
-      try {
-        await this.api.createSecret(ownSecret(secret, owner));
-      } catch (err) {
-        // Without its Secret the pod can never start; remove the Job so a retry starts clean.
-        await this.api.deleteJob(this.ns, jobName).catch(() => undefined);
-        throw err;
-      }
     }
 
-    const state = newRunState({
-      executionId: spec.executionId,
-      jobName,
-      startedAt,
-      startupTimeoutMs: spec.startupTimeoutSec * 1000,
-      podGoneGraceMs: t.podGoneGraceMs ?? 3000,
-      jobSeen,
+    // Tracked before anything is created: the controller then hears of every event of the run's
+    // objects, even a pod that comes and goes before the creates return.
+    const tracked = this.controller.track(key, {
+      state: newRunState({
+        executionId: spec.executionId,
+        jobName,
+        startedAt,
+        startupTimeoutMs: spec.startupTimeoutSec * 1000,
+        podGoneGraceMs: t.podGoneGraceMs ?? 3000,
+        jobSeen,
+      }),
+      limits: defaultOutputLimits(spec.maxArtifactBytes, spec.maxStdoutBytes),
+      ...(options.onPhase ? { onPhase: options.onPhase } : {}),
     });
+    // Awaited below; until then a rejection (runtime stopped) must not count as unhandled.
+    tracked.catch(() => undefined);
+    try {
+      if (adopted) {
+        const finished = adopted.status?.conditions?.some((c) => (c.type === 'Complete' || c.type === 'Failed') && c.status === 'True');
+        // The process that created the Job may have died before its Secret existed.
+        if (!finished) await this.ensureSecret(secret, adopted);
+      } else {
+        const owner = await this.ensureJob(job, jobName);
+        try {
+          await this.ensureSecret(secret, owner);
+        } catch (err) {
+          // Without its Secret the pod can never start; remove the Job so a retry starts clean.
+          await this.api.deleteJob(this.ns, jobName).catch(() => undefined);
+          throw err;
+        }
+      }
+    } catch (err) {
+      this.controller.untrack(key);
+      throw err;
+    }
+
+    // Cancellation is heard only now: a cancel during the creates would delete a Job not yet made.
     const onAbort = () => this.controller.cancel(key);
     options.signal?.addEventListener('abort', onAbort, { once: true });
     try {
-      const tracked = this.controller.track(key, {
-        state,
-        limits: defaultOutputLimits(spec.maxArtifactBytes, spec.maxStdoutBytes),
-        ...(options.onPhase ? { onPhase: options.onPhase } : {}),
-      });
       if (options.signal?.aborted) this.controller.cancel(key);
       return await tracked;
     } finally {
       options.signal?.removeEventListener('abort', onAbort);
     }
+  }
+
+  /**
+   * Creates the run's Job, or takes the one an earlier attempt (or another replica) created under the
+   * same deterministic name: 409 is success.
+   */
+  private async ensureJob(job: V1Job, jobName: string): Promise<V1Job> {
+    const created = await this.api.createJob(job);
+    if (created) return created;
+    const existing = await this.api.getJob(this.ns, jobName);
+    if (!existing) throw new Error(`Job ${jobName} existed and vanished at once; retry`);
+    if (existing.metadata?.deletionTimestamp) throw new Error(`Job ${jobName} of an earlier attempt is still being deleted; retry`);
+    return existing;
+  }
+
+  /**
+   * Creates the run's Secret owned by `owner`; 409 is success when the Secret there is owned by that
+   * same Job. A Secret still naming a Job of an earlier attempt that was deleted (its create failed
+   * after the server had stored it) would be garbage-collected under the new pod: it is replaced.
+   */
+  private async ensureSecret(secret: V1Secret, owner: V1Job): Promise<void> {
+    const mine = ownSecret(secret, owner);
+    if (await this.api.createSecret(mine)) return;
+    const name = mine.metadata?.name ?? '';
+    const existing = await this.api.getSecret(this.ns, name);
+    if (existing?.metadata?.ownerReferences?.some((r) => r.uid === owner.metadata?.uid)) return;
+    await this.api.deleteSecret(this.ns, name);
+    if (!(await this.api.createSecret(mine))) throw new Error(`Secret ${name} was re-created while being replaced; retry`);
   }
 
   /** The runner text, read once. */
@@ -240,12 +264,14 @@ class KubernetesRuntime implements Runtime {
   private async runtimeClassFor(): Promise<string | null | false> {
     const name = this.config.kubernetes.runtime_class;
     const exists = await this.refreshRuntimeClass();
+    // Unknown is not "absent": in strict mode that would fail the run as a config error on an API blip.
+    if (exists === null) throw new Error(`cannot read RuntimeClass ${name}; retry`);
     if (this.config.security_mode === 'strict') return exists === false ? false : name;
     return exists ? name : null;
   }
 
-  /** Whether the RuntimeClass exists, cached; null when unknown (API error). */
-  private async refreshRuntimeClass(force = false): Promise<boolean> {
+  /** Whether the RuntimeClass exists, cached (a stale answer beats none); null when unknown (API error). */
+  private async refreshRuntimeClass(force = false): Promise<boolean | null> {
     const ttl = this.options.tuning?.healthCacheMs ?? 60_000;
     const now = this.clock.now();
     if (!force && this.runtimeClass.exists !== null && now - this.runtimeClass.at < Math.max(ttl, 30_000)) return this.runtimeClass.exists;
@@ -255,7 +281,7 @@ class KubernetesRuntime implements Runtime {
       return exists;
     } catch (err) {
       this.log.warn({ err: String(err) }, 'cannot read RuntimeClass');
-      return this.runtimeClass.exists === true;
+      return this.runtimeClass.exists;
     }
   }
 
@@ -275,9 +301,9 @@ class KubernetesRuntime implements Runtime {
       if (live.has(id)) continue;
       try {
         await this.api.deleteJob(this.ns, name);
-        this.log.info({ executionId: id, job: name }, 'deleted orphaned run Job');
+        this.log.info({ execution_id: id, job: name }, 'deleted orphaned run Job');
       } catch (err) {
-        this.log.warn({ executionId: id, job: name, err: String(err) }, 'could not delete orphaned run Job');
+        this.log.warn({ execution_id: id, job: name, err: String(err) }, 'could not delete orphaned run Job');
       }
     }
   }

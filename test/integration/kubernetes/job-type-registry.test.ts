@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import YAML from 'yaml';
 import { jobTypeFromResource, KubernetesJobTypeRegistry } from '../../../src/jobtypes/kubernetes-registry.ts';
 import { FakeKube } from '../../support/fake-kube/server.ts';
-import { testConfig } from './helpers.ts';
+import { testConfig } from '../../support/kube-runtime.ts';
 
 let fake: FakeKube;
 let registry: KubernetesJobTypeRegistry;

@@ -1,7 +1,12 @@
+import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { UnretryableError } from '../../../src/errors.ts';
+import { KubeApi } from '../../../src/kube/kube-api.ts';
+import { CircuitBreaker } from '../../../src/resilience/breaker.ts';
+import { withRetry } from '../../../src/resilience/retry.ts';
 import { RunGoneError, type Runtime } from '../../../src/runtime/runtime.ts';
 import { outputTar } from '../../support/fake-kube/tar.ts';
-import { FakeKube, jobNameFor, podOf, spec, startRuntime, testConfig } from './helpers.ts';
+import { FakeKube, jobNameFor, podOf, spec, startRuntime, testConfig } from '../../support/kube-runtime.ts';
 
 let fake: FakeKube;
 let rt: Runtime;
@@ -149,6 +154,25 @@ describe('kubernetes runtime: failures and timeouts', () => {
     fake.deletePod(pod);
     const raw = await running;
     expect(raw.observation.infraError).toMatchObject({ type: 'internal_error' });
+  });
+
+  it('a pod created and deleted within one read of the watch is still reported lost (not a startup timeout)', async () => {
+    const s = spec({ startupTimeoutSec: 10 });
+    fake.holdEvents();
+    let pod: string;
+    const running = rt.run(s);
+    try {
+      pod = await podOf(fake, s);
+      fake.mainRunning(pod);
+      fake.deletePod(pod, 0);
+    } finally {
+      fake.releaseEvents();
+    }
+    const t0 = Date.now();
+    const raw = await running;
+    expect(raw.observation.infraError).toMatchObject({ type: 'internal_error' });
+    expect(raw.observation.infraError?.message).toContain('pod was deleted');
+    expect(Date.now() - t0).toBeLessThan(5000);
   });
 
   it('pod evicted → internal_error naming the eviction', async () => {
@@ -321,6 +345,34 @@ describe('kubernetes runtime: start, health, config', () => {
     }
   });
 
+  it('strict mode with the RuntimeClass unreadable (API error) rejects the attempt instead of failing the run as config_error', async () => {
+    const f2 = await FakeKube.start();
+    f2.addRuntimeClass('gvisor');
+    try {
+      // Both the lookup at start() and the one in run() fail: nothing is known about the RuntimeClass.
+      f2.failNext(/runtimeclasses/, 500, 2, 'GET');
+      const strict = await startRuntime(f2, { config: testConfig({ security_mode: 'strict' }) });
+      try {
+        const err = await strict.run(spec()).catch((e: unknown) => e);
+        expect(err).toBeInstanceOf(Error);
+        expect((err as Error).message).toContain('RuntimeClass');
+        expect(f2.list('jobs')).toHaveLength(0);
+        // The next attempt reads it and runs.
+        const s = spec();
+        const running = strict.run(s);
+        const pod = await f2.waitForPod(jobNameFor(s.executionId));
+        expect(f2.get('jobs', 'sandpod-jobs', jobNameFor(s.executionId))!.spec.template.spec.runtimeClassName).toBe('gvisor');
+        f2.mainRunning(pod);
+        f2.mainTerminated(pod, 0);
+        expect((await running).observation).toMatchObject({ exitCode: 0, infraError: null });
+      } finally {
+        await strict.stop();
+      }
+    } finally {
+      await f2.close();
+    }
+  });
+
   it('speaks v4.channel.k8s.io when the server has no v5', async () => {
     const f4 = await FakeKube.start({ execProtocols: ['v4.channel.k8s.io'], goneAsHttp: true });
     try {
@@ -340,34 +392,126 @@ describe('kubernetes runtime: start, health, config', () => {
       await f4.close();
     }
   });
+});
 
-  it('a run with a nearly-failing API goes through the guard and still succeeds', async () => {
-    const calls: string[] = [];
-    const retrying = await startRuntime(fake, {
-      options: {
-        guard: async (op, fn) => {
-          calls.push(op);
-          try {
-            return await fn();
-          } catch {
-            calls.push(`retry ${op}`);
-            return fn();
-          }
-        },
+describe('kubernetes runtime: one guard policy, applied outside', () => {
+  /** The service's policy in miniature: retry around breaker around one run attempt. */
+  function guarded<T>(breaker: CircuitBreaker, attempt: () => Promise<T>, seen: { attempts: number; failuresAtRetry: number[] }): Promise<T> {
+    return withRetry(
+      async () => {
+        seen.attempts++;
+        return breaker.exec(attempt);
       },
+      { attempts: 2, baseDelayMs: 1, onRetry: () => seen.failuresAtRetry.push(breaker.snapshot().failure_count) },
+    );
+  }
+
+  it('a Job create that gets a 500 rejects run(); the outer policy counts it once and its next attempt runs', async () => {
+    const breaker = new CircuitBreaker();
+    const seen = { attempts: 0, failuresAtRetry: [] as number[] };
+    const s = spec();
+    const before = fake.requests.length;
+    fake.failNext(/\/jobs$/, 500, 1, 'POST');
+    const running = guarded(breaker, () => rt.run(s), seen);
+    const pod = await podOf(fake, s);
+    fake.mainRunning(pod);
+    fake.mainTerminated(pod, 3);
+    expect((await running).observation.exitCode).toBe(3);
+    expect(seen).toEqual({ attempts: 2, failuresAtRetry: [1] });
+    // The runtime made the create twice (once per attempt), never retrying it by itself.
+    expect(fake.apiCalls(before).filter((r) => r.method === 'POST' && r.path.endsWith('/jobs'))).toHaveLength(2);
+    expect(breaker.snapshot()).toMatchObject({ state: 'closed', failure_count: 0 });
+  });
+
+  it('a Job create whose answer was lost after the server stored it: the next attempt takes that Job (409) and runs once', async () => {
+    const breaker = new CircuitBreaker();
+    const seen = { attempts: 0, failuresAtRetry: [] as number[] };
+    const s = spec();
+    fake.failNext(/\/jobs$/, 500, 1, 'POST', { afterCommit: true });
+    const running = guarded(breaker, () => rt.run(s), seen);
+    const pod = await podOf(fake, s);
+    fake.mainRunning(pod);
+    fake.setOutput(pod, await outputTar({ stdout: 'once' }));
+    fake.mainTerminated(pod, 0);
+    const raw = await running;
+    expect(raw.stdout).toBe('once');
+    expect(seen.attempts).toBe(2);
+    expect(fake.list('jobs').filter((j) => j.metadata.name === jobNameFor(s.executionId))).toHaveLength(1);
+    const job = fake.get('jobs', 'sandpod-jobs', jobNameFor(s.executionId))!;
+    expect(fake.get('secrets', 'sandpod-jobs', jobNameFor(s.executionId))!.metadata.ownerReferences?.[0]?.uid).toBe(job.metadata.uid);
+  });
+
+  it('a Secret left by an earlier attempt whose Job is gone is replaced, so the garbage collector cannot take it from the new pod', async () => {
+    const s = spec();
+    const name = jobNameFor(s.executionId);
+    const stale = randomUUID();
+    await new KubeApi(fake.kubeConfig()).createSecret({
+      metadata: { name, namespace: 'sandpod-jobs', ownerReferences: [{ apiVersion: 'batch/v1', kind: 'Job', name, uid: stale }] },
+      stringData: { 'main.py': 'old' },
     });
-    try {
-      fake.failNext(/\/jobs$/, 500, 1, 'POST');
-      const s = spec();
-      const running = retrying.run(s);
-      const pod = await podOf(fake, s);
-      fake.mainRunning(pod);
-      fake.mainTerminated(pod, 3);
-      expect((await running).observation.exitCode).toBe(3);
-      expect(calls).toContain('retry create job');
-      expect(calls).toContain('exec collect');
-    } finally {
-      await retrying.stop();
-    }
+    const running = rt.run(s);
+    const pod = await podOf(fake, s);
+    fake.mainRunning(pod);
+    fake.mainTerminated(pod, 0);
+    expect((await running).observation.exitCode).toBe(0);
+    const job = fake.get('jobs', 'sandpod-jobs', name)!;
+    const owners = fake.get('secrets', 'sandpod-jobs', name)!.metadata.ownerReferences ?? [];
+    expect(owners.map((o) => o.uid)).toEqual([job.metadata.uid]);
+  });
+
+  it('the runtime makes plain calls: a failed create reaches the caller as one retryable rejection', async () => {
+    fake.failNext(/\/jobs$/, 503, 1, 'POST');
+    const s = spec();
+    const before = fake.requests.length;
+    const err = await rt.run(s).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(Error);
+    expect(err).not.toBeInstanceOf(UnretryableError);
+    expect((err as Error).message).toContain('create job');
+    expect(fake.apiCalls(before).filter((r) => r.method === 'POST' && r.path.endsWith('/jobs'))).toHaveLength(1);
+    expect(fake.get('jobs', 'sandpod-jobs', jobNameFor(s.executionId))).toBeUndefined();
+  });
+});
+
+describe('kubernetes runtime: API errors as the outer policy sees them', () => {
+  it('a 403 on the Job create (RBAC) rejects with UnretryableError: no retry can fix it', async () => {
+    fake.failNext(/\/jobs$/, 403, 1, 'POST');
+    const err = await rt.run(spec()).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(UnretryableError);
+    expect((err as Error).message).toMatch(/create job: HTTP 403/);
+  });
+
+  it('a Secret create that fails removes the Job again: a failed attempt leaves no Job behind', async () => {
+    fake.failNext(/\/secrets$/, 500, 1, 'POST');
+    const s = spec();
+    await expect(rt.run(s)).rejects.toThrow(/create secret/);
+    await fake.waitFor(() => !fake.get('jobs', 'sandpod-jobs', jobNameFor(s.executionId)), 2000, 'job removed');
+  });
+});
+
+describe('kubernetes runtime: truncated streams (issue #9)', () => {
+  it('the runner cut stdout at max_stdout_bytes and said so: stdout_truncated is set', async () => {
+    const s = spec({ maxStdoutBytes: 16 });
+    const running = rt.run(s);
+    const pod = await podOf(fake, s);
+    fake.mainRunning(pod);
+    fake.setOutput(pod, await outputTar({ stdout: 'x'.repeat(16), stderr: 'short', report: { exit_code: 0, stdout_truncated: true, stderr_truncated: false } }));
+    fake.mainTerminated(pod, 0);
+    const raw = await running;
+    expect(raw.stdout).toBe('x'.repeat(16));
+    expect(raw.stdoutTruncated).toBe(true);
+    expect(raw.stderrTruncated).toBe(false);
+  });
+
+  it('a stream file longer than max_stdout_bytes (report silent or missing) is cut here and flagged', async () => {
+    const s = spec({ maxStdoutBytes: 16 });
+    const running = rt.run(s);
+    const pod = await podOf(fake, s);
+    fake.mainRunning(pod);
+    fake.setOutput(pod, await outputTar({ stdout: 'ok', stderr: 'e'.repeat(40) }));
+    fake.mainTerminated(pod, 1);
+    const raw = await running;
+    expect(raw.stderr).toBe('e'.repeat(16));
+    expect(raw.stderrTruncated).toBe(true);
+    expect(raw.stdoutTruncated).toBe(false);
   });
 });

@@ -3,21 +3,19 @@
  * runtime wired by main.ts (KUBECONFIG → the in-repo fake API server). The records and HTTP answers
  * must be those of the local runtime.
  */
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { jobNameFor } from '../../../src/runtime/kubernetes/names.ts';
 import { freshDatabase, type TestDatabase } from '../../support/db.ts';
 import { FakeKube } from '../../support/fake-kube/server.ts';
 import { outputTar } from '../../support/fake-kube/tar.ts';
+import { useFakeKubeconfig } from '../../support/kube-runtime.ts';
 import { startTestService, type TestService } from '../../support/service.ts';
 
 type J = Record<string, any>;
 let fake: FakeKube;
 let database: TestDatabase;
 let svc: TestService;
-const savedKubeconfig = process.env.KUBECONFIG;
+let restoreKubeconfig: (() => void) | undefined;
 
 const K8S = {
   runtime: 'kubernetes',
@@ -29,20 +27,7 @@ beforeAll(async () => {
   fake.addRuntimeClass('gvisor');
   fake.upsertJobType('sandpod', 'default', { pythonVersion: '3.11', memoryLimit: '256m', cpuLimit: 0.5, timeout: 20 });
   fake.upsertJobType('sandpod', 'analytics', { pythonVersion: '3.11', requirements: ['numpy'], memoryLimit: '1g', cpuLimit: 2, timeout: 60, image: 'registry.example/analytics:1' });
-  const dir = mkdtempSync(path.join(tmpdir(), 'kubeconfig-'));
-  const file = path.join(dir, 'config');
-  writeFileSync(
-    file,
-    JSON.stringify({
-      apiVersion: 'v1',
-      kind: 'Config',
-      clusters: [{ name: 'fake', cluster: { server: fake.url, 'insecure-skip-tls-verify': true } }],
-      users: [{ name: 'fake', user: { token: 'fake-token' } }],
-      contexts: [{ name: 'fake', context: { cluster: 'fake', user: 'fake' } }],
-      'current-context': 'fake',
-    }),
-  );
-  process.env.KUBECONFIG = file;
+  restoreKubeconfig = useFakeKubeconfig(fake);
   database = await freshDatabase();
   svc = await startTestService(K8S, {}, database);
 });
@@ -50,8 +35,7 @@ afterAll(async () => {
   await svc?.close();
   await database?.drop();
   await fake?.close();
-  if (savedKubeconfig === undefined) delete process.env.KUBECONFIG;
-  else process.env.KUBECONFIG = savedKubeconfig;
+  restoreKubeconfig?.();
 });
 
 async function submit(s: TestService, body: J): Promise<string> {
@@ -113,6 +97,14 @@ describe('service on the kubernetes runtime', () => {
     expect(body).toMatchObject({ success: false, exit_code: 1, error: { type: 'value_error' } });
   });
 
+  it('streams the runner cut at max_stdout_bytes are flagged in the record, as on the local runtime (issue #9)', async () => {
+    const id = await submit(svc, { code: 'print("x" * 10**8)' });
+    const pod = await fake.waitForPod(jobNameFor(id));
+    await succeed(pod, { stdout: 'xxxx', report: { exit_code: 0, timed_out: false, execution_ms: 3, stdout_truncated: true, stderr_truncated: false } });
+    const rec = (await (await svc.get(`/jobs/${id}/result?wait=true&timeout=10&view=full`)).json()) as J;
+    expect(rec).toMatchObject({ status: 'succeeded', stdout: 'xxxx', stdout_truncated: true, stderr_truncated: false });
+  });
+
   it('OOMKilled → status oom, exit 137', async () => {
     const id = await submit(svc, { code: 'x = bytearray(10**10)' });
     const pod = await fake.waitForPod(jobNameFor(id));
@@ -141,9 +133,11 @@ describe('service on the kubernetes runtime', () => {
     fake.schedule(pod);
     fake.mainRunning(pod);
     for (let i = 0; i < 50 && ((await (await svc.get(`/jobs/${id}`)).json()) as J).status !== 'running'; i++) await new Promise((r) => setTimeout(r, 50));
-    // Crash: the process's database and runtime vanish without finalizing anything.
-    await svc.runtime.stop();
+    // Crash: the process's database and runtime vanish without finalizing anything. The database
+    // goes first: a stopped runtime rejects the run, and the dying service's retry could otherwise
+    // still write a verdict (internal_error) before its database is gone.
     await svc.db.destroy();
+    await svc.runtime.stop();
     const next = await startTestService(K8S, {}, database);
     try {
       await succeed(pod, { stdout: 'survivor\n' });

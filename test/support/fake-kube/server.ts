@@ -17,6 +17,10 @@
  *   byte first (1 stdout, 2 stderr, 3 Status JSON; v5 also 255 = close channel), streaming a tar the
  *   test prepared for `collector`, and the release command that lets the collector exit.
  *
+ * - faults as real servers have them: injected error answers (`failNext`, optionally after the write
+ *   was carried out, as when the server times out after etcd stored it), an outage (`setDown`),
+ *   watch events piling up into one read (`holdEvents`/`releaseEvents`).
+ *
  * Every request is counted (`requests`), so tests and the bench can assert API calls per run.
  */
 import { randomUUID } from 'node:crypto';
@@ -160,8 +164,10 @@ export class FakeKube {
   private readonly sockets = new Set<Socket>();
   private readonly outputs = new Map<string, Buffer>();
   private execHandler: ExecHandler | null = null;
-  private readonly failures: { method?: string; path: RegExp; status: number; times: number }[] = [];
+  private readonly failures: { method?: string; path: RegExp; status: number; times: number; afterCommit: boolean }[] = [];
   private down = false;
+  /** While set, watch events are kept per watch and written later in one chunk (`holdEvents`). */
+  private held: Map<Watcher, string[]> | null = null;
   private readonly wss: WebSocketServer;
   private readonly server: http.Server;
 
@@ -263,7 +269,9 @@ export class FakeKube {
     if (w.kind !== ev.kind) return;
     if (w.ns !== null && ev.obj.metadata.namespace !== w.ns) return;
     if (!matches(w.selector, ev.obj)) return;
-    w.res.write(JSON.stringify({ type: ev.type, object: ev.obj }) + '\n');
+    const line = JSON.stringify({ type: ev.type, object: ev.obj }) + '\n';
+    if (this.held) this.held.set(w, [...(this.held.get(w) ?? []), line]);
+    else w.res.write(line);
   }
 
   /** Every object of a kind (copies). */
@@ -291,6 +299,21 @@ export class FakeKube {
     this.watchers.clear();
   }
 
+  /**
+   * Holds watch events until {@link releaseEvents}, which writes each watch's events in one chunk: a
+   * client then reads them in one go, as it does when a real server's events pile up in one TCP read.
+   */
+  holdEvents(): void {
+    this.held ??= new Map();
+  }
+
+  /** Writes the events held since {@link holdEvents}, one chunk per watch, and stops holding. */
+  releaseEvents(): void {
+    const held = this.held;
+    this.held = null;
+    for (const [w, lines] of held ?? []) if (this.watchers.has(w)) w.res.write(lines.join(''));
+  }
+
   /** Number of open watches. */
   get openWatches(): number {
     return this.watchers.size;
@@ -301,9 +324,13 @@ export class FakeKube {
     this.down = down;
   }
 
-  /** The next `times` requests matching get `status` (a Status body). */
-  failNext(path: RegExp, statusCode: number, times = 1, method?: string): void {
-    this.failures.push({ path, status: statusCode, times, ...(method ? { method } : {}) });
+  /**
+   * The next `times` requests matching get `status` (a Status body). With `afterCommit`, the request
+   * is carried out first and only its answer is lost, as when a real API server times out after
+   * etcd stored the write: the client sees an error, the object exists.
+   */
+  failNext(path: RegExp, statusCode: number, times = 1, method?: string, opts: { afterCommit?: boolean } = {}): void {
+    this.failures.push({ path, status: statusCode, times, afterCommit: opts.afterCommit ?? false, ...(method ? { method } : {}) });
   }
 
   /** Requests other than watches since index `from`. */
@@ -602,31 +629,36 @@ export class FakeKube {
       const fail = this.failures.find((f) => f.times > 0 && f.path.test(url.pathname) && (!f.method || f.method === method));
       if (fail) {
         fail.times--;
+        if (fail.afterCommit && !watch) await this.serve(req, discardingResponse(), url, method, watch);
         return this.json(res, fail.status, status(fail.status, 'InternalError', 'injected failure'));
       }
-      if (url.pathname === '/version') return this.json(res, 200, { major: '1', minor: '20', gitVersion: 'v1.20.0-fake' });
-      const r = route(url.pathname);
-      if (!r) return this.json(res, 404, status(404, 'NotFound', `the server could not find the requested resource (${url.pathname})`));
-      const { kind, ns, name, sub } = r;
-      if (sub === 'log' && method === 'GET') return this.podLog(res, ns!, name!, url.searchParams.get('container') ?? '');
-      if (ns && kind !== 'namespaces' && !this.store.get('namespaces')!.has(this.key(undefined, ns)) && method === 'POST') {
-        return this.json(res, 404, status(404, 'NotFound', `namespaces "${ns}" not found`));
-      }
-      if (!name) {
-        if (method === 'GET' && watch) return this.watch(req, res, kind, ns, url);
-        if (method === 'GET') return this.listHandler(res, kind, ns, url);
-        if (method === 'POST') return this.create(res, kind, ns, await this.body(req));
-      } else {
-        if (method === 'GET') {
-          const obj = this.get(kind, ns, name);
-          return obj ? this.json(res, 200, obj) : this.json(res, 404, notFound(kind, name));
-        }
-        if (method === 'DELETE') return this.deleteHandler(res, kind, ns, name, url, await this.body(req).catch(() => undefined));
-      }
-      return this.json(res, 405, status(405, 'MethodNotAllowed', `${method} not allowed`));
+      return await this.serve(req, res, url, method, watch);
     } catch (err) {
       this.json(res, 500, status(500, 'InternalError', String(err)));
     }
+  }
+
+  private async serve(req: http.IncomingMessage, res: http.ServerResponse, url: URL, method: string, watch: boolean): Promise<void> {
+    if (url.pathname === '/version') return this.json(res, 200, { major: '1', minor: '20', gitVersion: 'v1.20.0-fake' });
+    const r = route(url.pathname);
+    if (!r) return this.json(res, 404, status(404, 'NotFound', `the server could not find the requested resource (${url.pathname})`));
+    const { kind, ns, name, sub } = r;
+    if (sub === 'log' && method === 'GET') return this.podLog(res, ns!, name!, url.searchParams.get('container') ?? '');
+    if (ns && kind !== 'namespaces' && !this.store.get('namespaces')!.has(this.key(undefined, ns)) && method === 'POST') {
+      return this.json(res, 404, status(404, 'NotFound', `namespaces "${ns}" not found`));
+    }
+    if (!name) {
+      if (method === 'GET' && watch) return this.watch(req, res, kind, ns, url);
+      if (method === 'GET') return this.listHandler(res, kind, ns, url);
+      if (method === 'POST') return this.create(res, kind, ns, await this.body(req));
+    } else {
+      if (method === 'GET') {
+        const obj = this.get(kind, ns, name);
+        return obj ? this.json(res, 200, obj) : this.json(res, 404, notFound(kind, name));
+      }
+      if (method === 'DELETE') return this.deleteHandler(res, kind, ns, name, url, await this.body(req).catch(() => undefined));
+    }
+    return this.json(res, 405, status(405, 'MethodNotAllowed', `${method} not allowed`));
   }
 
   private listHandler(res: http.ServerResponse, kind: Kind, ns: string | undefined, url: URL): void {
@@ -818,6 +850,12 @@ export class FakeKube {
     );
     ws.close(1000);
   }
+}
+
+/** A response that goes nowhere: the answer of a request whose reply is lost (`failNext` afterCommit). */
+function discardingResponse(): http.ServerResponse {
+  const sink = { writeHead: () => sink, write: () => true, end: () => sink, flushHeaders: () => undefined, on: () => sink };
+  return sink as unknown as http.ServerResponse;
 }
 
 let emptyTarCache: Buffer | null = null;

@@ -4,9 +4,16 @@
  * with capped, jittered backoff on any other break, resuming from the last resourceVersion it saw.
  * A bare "restart the watch" is not enough: after a 410 the only way to learn what changed is a
  * fresh list, diffed against the cache, so deletions missed while disconnected still fire.
+ *
+ * Its list and watch calls never go through the service's circuit breaker: they are background
+ * traffic with their own backoff, and a successful relist must not hide failing run calls.
+ *
+ * Hand-written rather than client-node's `makeInformer`: its ListWatch stops for good on any watch
+ * error other than 410 and leaves reconnecting (and backing off) to the caller; this class is that
+ * caller and the cache in one.
  */
 import { Watch, type KubeConfig } from '@kubernetes/client-node';
-import { NO_GUARD, type Guard } from '../runtime.ts';
+import { silentLogger, type Logger } from '../logger.ts';
 
 /** The part of a Kubernetes object the informer relies on. */
 export interface KubeObject {
@@ -22,32 +29,23 @@ export interface ListResult<T> {
 /** Event kinds delivered to handlers. */
 export type InformerEvent = 'add' | 'update' | 'delete';
 
-/** Minimal logger (pino-compatible). */
-export interface InformerLogger {
-  debug(obj: object, msg?: string): void;
-  warn(obj: object, msg?: string): void;
-}
-
 /** Options of {@link ReconnectingInformer}. */
 export interface InformerOptions<T> {
   kubeConfig: KubeConfig;
-  /** Human name for logs and guard ops, e.g. `pods`. */
+  /** Human name for logs, e.g. `pods`. */
   name: string;
   /** URL path of the collection, e.g. `/api/v1/namespaces/x/pods`. */
   path: string;
   labelSelector?: string;
-  /** Lists the collection (through the guard). */
+  /** Lists the collection (a plain call; failures are retried here with backoff). */
   list: () => Promise<ListResult<T>>;
-  guard?: Guard;
-  logger?: InformerLogger;
+  logger?: Logger;
   /** First reconnect delay and cap, ms. */
   backoffInitialMs?: number;
   backoffMaxMs?: number;
   /** Server-side watch timeout; the server closes the watch after it and we resume. */
   watchTimeoutSeconds?: number;
 }
-
-const noopLogger: InformerLogger = { debug: () => undefined, warn: () => undefined };
 
 /** Is this error (or watch ERROR Status) a `410 Gone`? */
 export function isGone(err: unknown): boolean {
@@ -62,8 +60,7 @@ export function isGone(err: unknown): boolean {
 export class ReconnectingInformer<T extends KubeObject> {
   private readonly cache = new Map<string, T>();
   private readonly handlers: ((event: InformerEvent, obj: T, old?: T) => void)[] = [];
-  private readonly guard: Guard;
-  private readonly log: InformerLogger;
+  private readonly log: Logger;
   private readonly watch: Watch;
   private resourceVersion = '';
   private stopped = true;
@@ -76,8 +73,7 @@ export class ReconnectingInformer<T extends KubeObject> {
   readonly stats = { lists: 0, watches: 0, gone: 0, reconnects: 0 };
 
   constructor(private readonly opts: InformerOptions<T>) {
-    this.guard = opts.guard ?? NO_GUARD;
-    this.log = opts.logger ?? noopLogger;
+    this.log = opts.logger ?? silentLogger;
     this.watch = new Watch(opts.kubeConfig);
   }
 
@@ -253,20 +249,15 @@ export class ReconnectingInformer<T extends KubeObject> {
       }
     };
     try {
-      const ctrl = await this.guard(`watch ${this.opts.name}`, async () => {
-        let established: AbortController | null = null;
-        let failure: unknown = null;
-        const c = await this.watch.watch(this.opts.path, query, onEvent, (err: unknown) => {
-          if (established === null && failure === null && err) failure = err;
-          else onDone(err);
-        });
-        if (failure) {
-          ended = true;
-          throw failure;
-        }
-        established = c;
-        return c;
+      let established: AbortController | null = null;
+      let failure: unknown = null;
+      const ctrl = await this.watch.watch(this.opts.path, query, onEvent, (err: unknown) => {
+        // An error before the watch was established is a failed connect, handled below.
+        if (established === null && failure === null && err) failure = err;
+        else onDone(err);
       });
+      if (failure) throw failure;
+      established = ctrl;
       if (this.stopped) ctrl.abort();
       else {
         this.abort = ctrl;

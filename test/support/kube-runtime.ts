@@ -1,11 +1,14 @@
-/** Shared set-up of the Kubernetes adapter tests: a fake API server and a runtime pointed at it. */
+/** Shared set-up of the Kubernetes runtime tests: a fake API server and a runtime pointed at it. */
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import * as v from 'valibot';
-import { JobTypeConfigSchema, parseConfig, type Config } from '../../../src/config.ts';
-import { fromConfig, type JobType } from '../../../src/jobtypes/job-type.ts';
-import { createKubernetesRuntime, type KubernetesRuntimeOptions } from '../../../src/runtime/kubernetes/index.ts';
-import { jobNameFor } from '../../../src/runtime/kubernetes/names.ts';
-import type { Runtime, RunSpec } from '../../../src/runtime/runtime.ts';
-import { FakeKube } from '../../support/fake-kube/server.ts';
+import { JobTypeConfigSchema, parseConfig, type Config } from '../../src/config.ts';
+import { fromConfig, type JobType } from '../../src/jobtypes/job-type.ts';
+import { createKubernetesRuntime, type KubernetesRuntimeOptions } from '../../src/runtime/kubernetes/index.ts';
+import { jobNameFor } from '../../src/runtime/kubernetes/names.ts';
+import type { Runtime, RunSpec } from '../../src/runtime/runtime.ts';
+import { FakeKube } from './fake-kube/server.ts';
 
 /** A config for the kubernetes runtime with test-friendly values. */
 export function testConfig(over: Record<string, unknown> = {}): Config {
@@ -62,6 +65,31 @@ export async function startRuntime(
 /** The pod of a run, once the fake's Job controller made it. */
 export function podOf(fake: FakeKube, s: RunSpec): Promise<string> {
   return fake.waitForPod(jobNameFor(s.executionId));
+}
+
+/**
+ * Points `KUBECONFIG` at the fake (a kubeconfig file in a temp dir), so code that loads its
+ * configuration the way main.ts does reaches it. Returns a function that restores the old value.
+ */
+export function useFakeKubeconfig(fake: FakeKube): () => void {
+  const saved = process.env.KUBECONFIG;
+  const file = path.join(mkdtempSync(path.join(tmpdir(), 'kubeconfig-')), 'config');
+  writeFileSync(
+    file,
+    JSON.stringify({
+      apiVersion: 'v1',
+      kind: 'Config',
+      clusters: [{ name: 'fake', cluster: { server: fake.url, 'insecure-skip-tls-verify': true } }],
+      users: [{ name: 'fake', user: { token: 'fake-token' } }],
+      contexts: [{ name: 'fake', context: { cluster: 'fake', user: 'fake' } }],
+      'current-context': 'fake',
+    }),
+  );
+  process.env.KUBECONFIG = file;
+  return () => {
+    if (saved === undefined) delete process.env.KUBECONFIG;
+    else process.env.KUBECONFIG = saved;
+  };
 }
 
 export { FakeKube, jobNameFor };

@@ -1,7 +1,10 @@
 /**
- * The Kubernetes calls of the runtime, each through the service's guard (breaker + retry), with the
- * API's answers turned into what the controller needs: 409 on create is "exists", 404 on get/delete
- * is "absent" (neither counts as a failure of the engine), other 4xx are unretryable.
+ * The typed Kubernetes calls the service makes, with the API's answers turned into what callers
+ * need: 409 on create is "exists", 404 on get/delete is "absent", other 4xx are unretryable.
+ *
+ * Every call is plain: no breaker, no retry. The service applies its breaker + retry policy in one
+ * place, around a whole run attempt (executions/); background loops (informers, the controller's
+ * work queue) retry with their own backoff. A failed call here simply rejects.
  */
 import {
   ApiException,
@@ -15,8 +18,7 @@ import {
   type V1Secret,
 } from '@kubernetes/client-node';
 import type { Writable } from 'node:stream';
-import { UnretryableError } from '../../errors.ts';
-import { NO_GUARD, type Guard } from '../runtime.ts';
+import { UnretryableError } from '../errors.ts';
 import { execInContainer, ExecError, type ExecResult } from './exec.ts';
 import type { ListResult } from './informer.ts';
 
@@ -55,32 +57,27 @@ function rethrow(op: string, err: unknown): never {
   throw new Error(`${op}: ${messageOf(err)}`, { cause: err });
 }
 
-/** The calls the runtime makes; one instance per runtime. */
+/** The calls the service makes; one instance per client configuration. */
 export class KubeApi {
   readonly batch: BatchV1Api;
   readonly core: CoreV1Api;
   readonly node: NodeV1Api;
   readonly custom: CustomObjectsApi;
 
-  constructor(
-    readonly kc: KubeConfig,
-    private readonly guard: Guard = NO_GUARD,
-  ) {
+  constructor(readonly kc: KubeConfig) {
     this.batch = kc.makeApiClient(BatchV1Api);
     this.core = kc.makeApiClient(CoreV1Api);
     this.node = kc.makeApiClient(NodeV1Api);
     this.custom = kc.makeApiClient(CustomObjectsApi);
   }
 
-  private call<T>(op: string, fn: () => Promise<T>, absent?: { status: number; value: T }): Promise<T> {
-    return this.guard(op, async () => {
-      try {
-        return await fn();
-      } catch (err) {
-        if (absent && httpStatusOf(err) === absent.status) return absent.value;
-        rethrow(op, err);
-      }
-    });
+  private async call<T>(op: string, fn: () => Promise<T>, absent?: { status: number; value: T }): Promise<T> {
+    try {
+      return await fn();
+    } catch (err) {
+      if (absent && httpStatusOf(err) === absent.status) return absent.value;
+      rethrow(op, err);
+    }
   }
 
   /** Creates a Job; `null` when one of that name exists already (409). */
@@ -117,6 +114,23 @@ export class KubeApi {
         return true;
       },
       { status: 409, value: false },
+    );
+  }
+
+  /** Reads a Secret; `null` when absent. */
+  getSecret(namespace: string, name: string): Promise<V1Secret | null> {
+    return this.call('get secret', () => this.core.readNamespacedSecret({ namespace, name }), { status: 404, value: null });
+  }
+
+  /** Deletes a Secret. Absent is fine. */
+  async deleteSecret(namespace: string, name: string): Promise<void> {
+    await this.call(
+      'delete secret',
+      async () => {
+        await this.core.deleteNamespacedSecret({ namespace, name });
+        return true;
+      },
+      { status: 404, value: false },
     );
   }
 
@@ -163,7 +177,7 @@ export class KubeApi {
     return { items: res.items ?? [], resourceVersion: res.metadata?.resourceVersion ?? '' };
   }
 
-  /** Runs a command in a container (not guarded: the caller guards a whole attempt). */
+  /** Runs a command in a container; a refused upgrade (4xx) is unretryable like any other 4xx. */
   exec(
     namespace: string,
     pod: string,
