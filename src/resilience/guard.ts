@@ -77,8 +77,10 @@ export class RunGuard {
   async run<T>(fn: (attempt: number) => Promise<T>, call: GuardCall<T> = {}): Promise<Guarded<T>> {
     const { breaker, policy } = this.o;
     const max = Math.max(1, policy.attempts);
+    // A function, not a read of the getter: the state changes under the awaits below.
+    const isOpen = () => breaker.state === 'open';
     for (let n = 1; ; n++) {
-      if (breaker.state === 'open') return { kind: 'rejected', error: openError(breaker), attempts: n - 1 };
+      if (isOpen()) return { kind: 'rejected', error: openError(breaker), attempts: n - 1 };
       let value: T;
       try {
         value = await fn(n);
@@ -90,7 +92,7 @@ export class RunGuard {
         const again = n < max && !(err instanceof UnretryableError) && (call.retryable?.(err) ?? true);
         if (!again) return { kind: 'failed', error: err, attempts: n };
         // This failure opened the circuit: the retry would be refused, so do not wait for it.
-        if (breaker.state === 'open') return { kind: 'rejected', error: openError(breaker), attempts: n };
+        if (isOpen()) return { kind: 'rejected', error: openError(breaker), attempts: n };
         const delay = backoffDelay(n, policy.baseDelayMs, policy.maxDelayMs ?? 30_000, this.random);
         call.onRetry?.(n, err, delay);
         await this.sleep(delay);
