@@ -4,7 +4,7 @@
  * and heartbeats on the same table are the queue's (`src/queue/`).
  */
 import { sql, type Kysely, type Transaction } from 'kysely';
-import { TERMINAL_STATUSES } from '../executions/status.ts';
+import { TERMINAL_STATUSES, type RecordStatus } from '../executions/status.ts';
 import type { Database, ExecutionRow, ExecutionsTable, ExecutionUpdate, NewExecutionRow } from './database.ts';
 
 /** A kysely handle or a transaction: what every repository function takes first. */
@@ -93,7 +93,7 @@ export async function getExecution(db: Q, id: string): Promise<ExecutionRow | un
 export async function updateExecutionIf(
   db: Q,
   id: string,
-  fromStatuses: readonly string[],
+  fromStatuses: readonly RecordStatus[],
   patch: ExecutionUpdate,
   claimedBy?: string,
 ): Promise<ExecutionRow | undefined> {
