@@ -8,7 +8,7 @@
  */
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { CANCEL_CHANNEL } from '../../../src/queue/channels.ts';
 import { createDb, type Db } from '../../../src/store/database.ts';
 import { freshDatabase, testDbKind, type TestDatabase } from '../../support/db.ts';
@@ -19,12 +19,16 @@ const LONG = 'import time\nprint("started", flush=True)\ntime.sleep(60)';
 
 describe.skipIf(kind !== 'postgres')('cancel across processes', () => {
   let database: TestDatabase;
-  const services: TestService[] = [];
+  let services: TestService[] = [];
   beforeAll(async () => {
     database = await freshDatabase();
   });
-  afterAll(async () => {
+  // Each test's services go before the next test starts (a dispatcher left running would claim its job).
+  afterEach(async () => {
     for (const s of services) await s.close();
+    services = [];
+  });
+  afterAll(async () => {
     await database?.drop();
   });
 
@@ -39,7 +43,7 @@ describe.skipIf(kind !== 'postgres')('cancel across processes', () => {
     const { row } = await a.executions.submitAsync({ code: LONG, input_data: {}, job_type: 'default', timeout: 90 }, { correlationId: 'x', clientIp: null });
     const end = Date.now() + 30_000;
     for (;;) {
-      const r = await a.db.kysely.selectFrom('executions').select(['status', 'claimed_by', 'phase']).where('id', '=', row.id).executeTakeFirstOrThrow();
+      const r = await a.db.kysely.selectFrom('executions').select(['status', 'claimed_by', 'phase', 'error']).where('id', '=', row.id).executeTakeFirstOrThrow();
       if (r.status === 'running' && r.claimed_by === b.executions.workerId && r.phase === 'execution') return row.id;
       if (Date.now() > end) throw new Error(`job never ran in B: ${JSON.stringify(r)}`);
       await new Promise((res) => setTimeout(res, 50));
@@ -71,7 +75,9 @@ describe.skipIf(kind !== 'postgres')('cancel across processes', () => {
 
   it('by the heartbeat alone (the holder never hears the NOTIFY)', async () => {
     const hb = { heartbeatMs: 300 };
-    const a = await startTestService({ dispatch: false }, hb, onWorkspace('beat-a'));
+    // A's sweep must not run: both services live in this one process, and a holder with this pid and
+    // another nonce reads as this process's previous life, i.e. dead (one service per process in real use).
+    const a = await startTestService({ dispatch: false }, { heartbeatMs: 120_000 }, onWorkspace('beat-a'));
     services.push(a);
     const ws = onWorkspace('beat-b');
     const real = await createDb({ url: ws.url, workspace: ws.workspace });
