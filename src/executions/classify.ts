@@ -5,9 +5,7 @@
  * the runtime saw, and then only to name the Python exception.
  */
 import type { RawRun } from '../runtime/runtime.ts';
-
-/** Terminal statuses of an execution record (SPEC §3). */
-export type TerminalStatus = 'succeeded' | 'failed' | 'timeout' | 'oom' | 'cancelled';
+import type { TerminalStatus } from './status.ts';
 
 /** SPEC §2.6 error object. */
 export interface RunError {

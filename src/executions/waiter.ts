@@ -2,11 +2,10 @@
  * Long-poll support: one LISTEN on the "done" channel per process fans out to waiters by id, so
  * `GET /jobs/{id}/result?wait=true` wakes the moment the job finishes — in this process or another.
  */
+import { DONE_CHANNEL } from '../queue/channels.ts';
 import type { Db, ExecutionRow } from '../store/database.ts';
-import { getExecution, TERMINAL_STATUSES } from '../store/executions.repository.ts';
-import { DONE_CHANNEL } from './service.ts';
-
-const isTerminal = (s: string) => (TERMINAL_STATUSES as readonly string[]).includes(s);
+import { getExecution } from '../store/executions.repository.ts';
+import { isTerminal } from './status.ts';
 
 /** Waits for executions to reach a terminal status. */
 export class CompletionWaiter {

@@ -30,6 +30,8 @@ export interface DispatcherOptions<Row> {
 /** Serves queued jobs with the process's worker slots. */
 export class Dispatcher<Row> {
   private stopping = false;
+  /** Aborted by {@link stop}: frees a loop waiting for a slot that only a finishing run would give back. */
+  private halt = new AbortController();
   private loop: Promise<void> | null = null;
   private wakeUp: (() => void) | null = null;
   private pendingWake = false;
@@ -44,6 +46,7 @@ export class Dispatcher<Row> {
   /** Starts serving. */
   async start(): Promise<void> {
     this.stopping = false;
+    this.halt = new AbortController();
     if (this.o.subscribe) this.unsubscribe = await this.o.subscribe(() => this.wake());
     this.loop = this.run();
   }
@@ -57,6 +60,7 @@ export class Dispatcher<Row> {
   /** Stops claiming; resolves when in-flight jobs end or `graceMs` passes (then returns false). */
   async stop(graceMs: number): Promise<boolean> {
     this.stopping = true;
+    this.halt.abort();
     this.wake();
     await this.unsubscribe?.();
     await this.loop;
@@ -76,7 +80,11 @@ export class Dispatcher<Row> {
 
   private async run(): Promise<void> {
     while (!this.stopping) {
-      await this.o.slots.acquire(false);
+      try {
+        await this.o.slots.acquire(false, this.halt.signal);
+      } catch {
+        break; // stopping while every slot is busy: the grace period starts now, not when a run ends
+      }
       if (this.stopping) {
         this.o.slots.release();
         break;

@@ -29,6 +29,7 @@ export class Slots {
   /** Waits for a slot. `priority` callers go before the others. Rejects if `signal` aborts first. */
   acquire(priority = false, signal?: AbortSignal): Promise<void> {
     if (this.tryAcquire()) return Promise.resolve();
+    if (signal?.aborted) return Promise.reject(signal.reason instanceof Error ? signal.reason : new Error('aborted'));
     return new Promise<void>((resolve, reject) => {
       const entry = { priority, resolve: () => resolve() };
       if (priority) {

@@ -6,7 +6,9 @@
  * Why not opossum (the stack's default): opossum trips on a rolling error *percentage* and closes a
  * half-open circuit on its first success; SPEC §3 asks for consecutive failures and two successes.
  * This state machine says exactly that, with an injected clock so it is table-tested without sleeping.
+ * It only counts; what counts as a failure, and when, is the guard policy's business (`guard.ts`).
  */
+import { systemClock, type Clock } from '../clock.ts';
 
 /** Breaker states as `/health` shows them. */
 export type BreakerState = 'closed' | 'open' | 'half_open';
@@ -16,7 +18,7 @@ export interface BreakerOptions {
   failureThreshold?: number;
   recoveryTimeoutMs?: number;
   successThreshold?: number;
-  now?: () => number;
+  clock?: Clock;
   onStateChange?: (from: BreakerState, to: BreakerState) => void;
 }
 
@@ -46,26 +48,26 @@ export class CircuitBreaker {
   private readonly failureThreshold: number;
   private readonly recoveryTimeoutMs: number;
   private readonly successThreshold: number;
-  private readonly now: () => number;
+  private readonly clock: Clock;
   private readonly onStateChange: ((from: BreakerState, to: BreakerState) => void) | undefined;
 
   constructor(opts: BreakerOptions = {}) {
     this.failureThreshold = opts.failureThreshold ?? 5;
     this.recoveryTimeoutMs = opts.recoveryTimeoutMs ?? 30_000;
     this.successThreshold = opts.successThreshold ?? 2;
-    this.now = opts.now ?? Date.now;
+    this.clock = opts.clock ?? systemClock;
     this.onStateChange = opts.onStateChange;
   }
 
   /** Current state; an open circuit whose recovery time has passed reads as half-open. */
   get state(): BreakerState {
-    if (this.stateValue === 'open' && this.now() - this.openedAt >= this.recoveryTimeoutMs) this.move('half_open');
+    if (this.stateValue === 'open' && this.clock.now() - this.openedAt >= this.recoveryTimeoutMs) this.move('half_open');
     return this.stateValue;
   }
 
   /** Throws {@link BreakerOpenError} when calls are not allowed now. */
   check(): void {
-    if (this.state === 'open') throw new BreakerOpenError(this.recoveryTimeoutMs - (this.now() - this.openedAt));
+    if (this.state === 'open') throw new BreakerOpenError(this.recoveryTimeoutMs - (this.clock.now() - this.openedAt));
   }
 
   /** Runs `fn` through the breaker; `isFailure` decides whether a resolved value counts as a failure. */
@@ -97,7 +99,7 @@ export class CircuitBreaker {
 
   /** Counts a failure. */
   recordFailure(): void {
-    this.lastFailure = this.now();
+    this.lastFailure = this.clock.now();
     const s = this.state;
     if (s === 'half_open') {
       this.move('open');
@@ -123,7 +125,7 @@ export class CircuitBreaker {
     const from = this.stateValue;
     if (from === to) return;
     this.stateValue = to;
-    if (to === 'open') this.openedAt = this.now();
+    if (to === 'open') this.openedAt = this.clock.now();
     if (to === 'closed') this.failures = 0;
     this.successes = 0;
     this.onStateChange?.(from, to);

@@ -1,14 +1,18 @@
 /**
- * Execution records and the durable queue on the same table. Plain functions taking a kysely handle
- * (or a transaction) first; callers own transactions.
+ * Execution records: inserts, reads, guarded updates, the history list and the queue's depth counts.
+ * Plain functions taking a kysely handle (or a transaction) first; callers own transactions. Claims
+ * and heartbeats on the same table are the queue's (`src/queue/`).
  */
 import { sql, type Kysely, type Transaction } from 'kysely';
+import { TERMINAL_STATUSES, type RecordStatus } from '../executions/status.ts';
 import type { Database, ExecutionRow, ExecutionsTable, ExecutionUpdate, NewExecutionRow } from './database.ts';
 
-type Q = Kysely<Database> | Transaction<Database>;
+/** A kysely handle or a transaction: what every repository function takes first. */
+export type Q = Kysely<Database> | Transaction<Database>;
 
-/** Statuses that end a record. */
-export const TERMINAL_STATUSES = ['succeeded', 'failed', 'timeout', 'oom', 'cancelled'] as const;
+// TODO(issue #8, API helper): api/routes/jobs.ts still imports this from here; drop the re-export once
+// it imports the status vocabulary from executions/index.ts. Not a copy: the one list is status.ts's.
+export { TERMINAL_STATUSES };
 
 /** Inserts a record. */
 export async function insertExecution(db: Q, row: NewExecutionRow): Promise<ExecutionRow> {
@@ -89,7 +93,7 @@ export async function getExecution(db: Q, id: string): Promise<ExecutionRow | un
 export async function updateExecutionIf(
   db: Q,
   id: string,
-  fromStatuses: readonly string[],
+  fromStatuses: readonly RecordStatus[],
   patch: ExecutionUpdate,
   claimedBy?: string,
 ): Promise<ExecutionRow | undefined> {
@@ -131,24 +135,6 @@ export async function listExecutions(db: Q, f: ListFilter): Promise<{ rows: Exec
   return { rows: rows.slice(0, f.limit), hasMore: rows.length > f.limit };
 }
 
-/**
- * Claims the oldest queued record for `worker` (`FOR UPDATE SKIP LOCKED` in one short statement), so
- * several processes never run one job twice.
- */
-export async function claimNext(db: Q, worker: string, now: Date): Promise<ExecutionRow | undefined> {
-  const res = await sql<ExecutionRow>`
-    UPDATE executions SET status = 'running', claimed_by = ${worker}, started_at = ${now}, heartbeat_at = ${now},
-           phase = 'startup', attempts = attempts + 1
-    WHERE id = (
-      SELECT id FROM executions WHERE status = 'queued'
-      ORDER BY created_at, id
-      LIMIT 1
-      FOR UPDATE SKIP LOCKED
-    )
-    RETURNING *`.execute(db);
-  return res.rows[0];
-}
-
 /** Counts of queued and running records (the queue's depth). */
 export async function queueCounts(db: Q): Promise<{ queued: number; running: number }> {
   const r = await sql<{ queued: number; running: number }>`
@@ -180,33 +166,6 @@ export async function queuePosition(db: Q, id: string): Promise<number | null> {
       AND (q.created_at, q.id) <= (me.created_at, me.id)`.execute(db);
   const pos = r.rows[0]?.pos ?? 0;
   return pos > 0 ? pos : null;
-}
-
-/**
- * Refreshes the heartbeat of the records a worker holds; returns those of them whose cancellation
- * was requested (by any process), in the same round trip.
- */
-export async function heartbeat(db: Q, worker: string, ids: string[], now: Date): Promise<string[]> {
-  if (ids.length === 0) return [];
-  const rows = await db
-    .updateTable('executions')
-    .set({ heartbeat_at: now })
-    .where('claimed_by', '=', worker)
-    .where('id', 'in', ids)
-    .where('status', '=', 'running')
-    .returning(['id', 'cancel_requested'])
-    .execute();
-  return rows.filter((r) => r.cancel_requested).map((r) => r.id);
-}
-
-/** Who holds each running record not held by `worker`, and when it last heartbeated (no payloads). */
-export async function runningHolders(db: Q, worker: string): Promise<{ id: string; claimed_by: string | null; heartbeat_at: Date | null }[]> {
-  return db
-    .selectFrom('executions')
-    .select(['id', 'claimed_by', 'heartbeat_at'])
-    .where('status', '=', 'running')
-    .where((eb) => eb.or([eb('claimed_by', 'is', null), eb('claimed_by', '!=', worker)]))
-    .execute();
 }
 
 /** Of `ids`, those with a non-terminal record. */

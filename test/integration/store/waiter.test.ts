@@ -5,7 +5,7 @@
  */
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DONE_CHANNEL } from '../../../src/executions/service.ts';
+import { DONE_CHANNEL } from '../../../src/queue/channels.ts';
 import { CompletionWaiter } from '../../../src/executions/waiter.ts';
 import type { Db } from '../../../src/store/database.ts';
 import { connectionPair, freshDatabase, type TestDatabase } from '../../support/db.ts';

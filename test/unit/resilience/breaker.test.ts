@@ -13,7 +13,7 @@ const ok = () => Promise.resolve('ok');
 describe('CircuitBreaker (SPEC §3)', () => {
   it('opens after exactly 5 consecutive failures', async () => {
     const c = clocked();
-    const b = new CircuitBreaker({ now: c.now });
+    const b = new CircuitBreaker({ clock: c });
     for (let i = 0; i < 4; i++) await expect(b.exec(fail)).rejects.toThrow('engine down');
     expect(b.state).toBe('closed');
     expect(b.snapshot().failure_count).toBe(4);
@@ -24,7 +24,7 @@ describe('CircuitBreaker (SPEC §3)', () => {
   });
 
   it('a success resets the consecutive count', async () => {
-    const b = new CircuitBreaker({ now: clocked().now });
+    const b = new CircuitBreaker({ clock: clocked() });
     for (let i = 0; i < 4; i++) await b.exec(fail).catch(() => {});
     await b.exec(ok);
     for (let i = 0; i < 4; i++) await b.exec(fail).catch(() => {});
@@ -33,7 +33,7 @@ describe('CircuitBreaker (SPEC §3)', () => {
 
   it('half-open after 30 s, closed after 2 successes', async () => {
     const c = clocked();
-    const b = new CircuitBreaker({ now: c.now });
+    const b = new CircuitBreaker({ clock: c });
     for (let i = 0; i < 5; i++) await b.exec(fail).catch(() => {});
     c.advance(29_999);
     expect(b.state).toBe('open');
@@ -49,7 +49,7 @@ describe('CircuitBreaker (SPEC §3)', () => {
 
   it('a failure while half-open opens again', async () => {
     const c = clocked();
-    const b = new CircuitBreaker({ now: c.now });
+    const b = new CircuitBreaker({ clock: c });
     for (let i = 0; i < 5; i++) await b.exec(fail).catch(() => {});
     c.advance(30_000);
     await b.exec(ok);
@@ -60,7 +60,7 @@ describe('CircuitBreaker (SPEC §3)', () => {
   });
 
   it('a resolved value can count as a failure', async () => {
-    const b = new CircuitBreaker({ now: clocked().now, failureThreshold: 2 });
+    const b = new CircuitBreaker({ clock: clocked(), failureThreshold: 2 });
     await b.exec(() => Promise.resolve('infra'), (v) => v === 'infra');
     await b.exec(() => Promise.resolve('infra'), (v) => v === 'infra');
     expect(b.state).toBe('open');

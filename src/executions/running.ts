@@ -1,0 +1,244 @@
+/**
+ * Running a record this process holds: the guarded run (the one place the breaker + retry policy of
+ * `resilience/guard.ts` is applied, for every runtime), then exactly one outcome — the verdict written
+ * once (with artifacts and the DLQ), the job given back to the queue (shutdown, or a crash before user
+ * code started), or the run settled as lost.
+ */
+import type { Kysely, Transaction } from 'kysely';
+import type { Clock } from '../clock.ts';
+import type { Config } from '../config.ts';
+import { AppError, errorMessage } from '../errors.ts';
+import type { JobTypeRegistry } from '../jobtypes/job-type.ts';
+import type { Logger } from '../logger.ts';
+import { DONE_CHANNEL } from '../queue/channels.ts';
+import type { Claims } from '../queue/claims.ts';
+import type { Holders } from '../queue/holders.ts';
+import type { Slots } from '../queue/slots.ts';
+import type { RunGuard } from '../resilience/guard.ts';
+import { RunGoneError, type RawRun, type Runtime, type RunSpec } from '../runtime/runtime.ts';
+import { insertArtifacts, type NewArtifact } from '../store/artifacts.repository.ts';
+import type { Database, Db, ExecutionRow, ExecutionUpdate, NewExecutionRow } from '../store/database.ts';
+import { insertDlq } from '../store/dlq.repository.ts';
+import { getExecution, insertExecution, settleRunning, updateExecutionIf } from '../store/executions.repository.ts';
+import { classify, type Classification } from './classify.ts';
+import { mergedRequirements, resolveJobType } from './requests.ts';
+import { isTerminal } from './status.ts';
+import { inputJsonOf } from './views.ts';
+
+/** Error types whose runs are put in the dead letter queue (SPEC §7.3 rule 7). */
+export const DLQ_ERROR_TYPES = new Set(['internal_error', 'service_unavailable', 'docker_error', 'config_error']);
+
+/** Observers for metrics; all optional. */
+export interface ExecutionEvents {
+  onFinished?(row: ExecutionRow): void;
+  onStarted?(row: ExecutionRow): void;
+}
+
+/** Options of {@link Running}. */
+export interface RunningOptions {
+  db: Db;
+  registry: JobTypeRegistry;
+  runtime: Runtime;
+  guard: RunGuard;
+  config: Config;
+  logger: Logger;
+  clock: Clock;
+  workerId: string;
+  holders: Holders;
+  claims: Claims;
+  events?: ExecutionEvents | undefined;
+}
+
+/** What a guarded run came to, before it is written. */
+type Outcome = { kind: 'ran'; raw: RawRun; attempts: number } | { kind: 'internal'; type: string; message: string; attempts: number } | { kind: 'gone' };
+
+/** Runs held records and settles them. */
+export class Running {
+  constructor(private readonly o: RunningOptions) {}
+
+  /** Runs a sync submission's row now: takes a worker slot, records, runs, finalizes. */
+  async runSync(row: NewExecutionRow, slots: Slots, signal?: AbortSignal): Promise<ExecutionRow> {
+    await slots.acquire(true, signal);
+    let released = false;
+    const release = () => {
+      if (!released) slots.release();
+      released = true;
+    };
+    try {
+      const done = await this.execute(await insertExecution(this.o.db.kysely, row), { release });
+      // execute() settles every run it can; a record it could not write (database gone) must not be
+      // answered as if it were a result.
+      if (!isTerminal(done.status)) {
+        throw new AppError('internal_error', `the run's result could not be recorded; execution ${done.id} is left ${done.status} and will be settled by recovery`, {
+          execution_id: done.id,
+        });
+      }
+      return done;
+    } finally {
+      release();
+    }
+  }
+
+  /**
+   * Runs a record this process holds (status `running`, claimed by us) and settles it. `adopt`
+   * re-attaches to a run an earlier holder started; `release` is called as soon as the sandbox is gone.
+   */
+  async execute(row: ExecutionRow, opts: { adopt?: boolean; release?: () => void } = {}): Promise<ExecutionRow> {
+    const { holders } = this.o;
+    const signal = holders.hold(row.id);
+    const log = this.o.logger.child({ execution_id: row.id, correlation_id: row.correlation_id });
+    this.o.events?.onStarted?.(row);
+    try {
+      if (row.cancel_requested) holders.abort(row.id, 'cancel');
+      const outcome = await this.runGuarded(row, signal, opts.adopt ?? false, log);
+      // The sandbox is gone: its worker slot can serve the next job while this one is recorded.
+      opts.release?.();
+      if (outcome.kind === 'gone') return await this.settleGone(row, log);
+      if (signal.aborted && signal.reason === 'shutdown' && row.mode === 'async') return await this.requeue(row, 'service shut down during the run');
+      return await this.finalize(row, outcome, log);
+    } catch (err) {
+      log.error({ err }, 'finalizing a run failed');
+      return await this.finalize(row, { kind: 'internal', type: 'internal_error', message: `internal error: ${errorMessage(err)}`, attempts: 1 }, log).catch(() => row);
+    } finally {
+      holders.release(row.id);
+    }
+  }
+
+  /** One run through the guard: breaker open → `service_unavailable`; engine failures retried. */
+  private async runGuarded(row: ExecutionRow, signal: AbortSignal, adopt: boolean, log: Logger): Promise<Outcome> {
+    const { config, runtime, db, workerId } = this.o;
+    const jt = resolveJobType(this.o.registry, row.job_type);
+    const spec: RunSpec = {
+      executionId: row.id,
+      code: row.code,
+      inputJson: inputJsonOf(row),
+      jobType: jt,
+      timeoutSec: row.timeout_s,
+      startupTimeoutSec: row.startup_timeout_s,
+      requirements: mergedRequirements(jt, row.requirements),
+      maxStdoutBytes: config.max_stdout_bytes,
+      maxArtifactBytes: config.max_artifact_bytes,
+    };
+    // The phase only matters to crash recovery of async runs (re-queue before user code started).
+    const onPhase = (phase: 'startup' | 'execution') => {
+      if (phase === 'execution' && row.mode === 'async') void updateExecutionIf(db.kysely, row.id, ['running'], { phase }, workerId).catch(() => {});
+    };
+    const res = await this.o.guard.run(() => runtime.run(spec, { signal, onPhase, adopt }), {
+      isEngineFailure,
+      // Nothing to re-attach to says nothing about the engine: a restart adopting many lost runs must
+      // not open the circuit for everyone.
+      isNeutral: (err) => err instanceof RunGoneError,
+      retryable: () => !signal.aborted,
+      onRetry: (n, err, delay) => log.warn({ attempt: n, delay_ms: delay, err: errorMessage(err) }, 'engine failure; retrying'),
+    });
+    if (res.kind === 'ok') return { kind: 'ran', raw: res.value, attempts: res.attempts };
+    if (res.kind === 'rejected') return { kind: 'internal', type: 'service_unavailable', message: res.error.message, attempts: res.attempts };
+    if (res.error instanceof RunGoneError) return { kind: 'gone' };
+    log.error({ err: res.error, attempts: res.attempts }, 'engine failed');
+    return { kind: 'internal', type: 'internal_error', message: `sandbox engine failed after ${res.attempts} attempt(s): ${errorMessage(res.error)}`, attempts: res.attempts };
+  }
+
+  /** Writes the verdict once (guarded on status `running` and our claim), with artifacts and DLQ. */
+  private async finalize(row: ExecutionRow, outcome: Exclude<Outcome, { kind: 'gone' }>, log: Logger): Promise<ExecutionRow> {
+    const { db, workerId } = this.o;
+    const now = new Date(this.o.clock.now());
+    const raw = outcome.kind === 'ran' ? outcome.raw : null;
+    const c: Classification = outcome.kind === 'ran' ? classify(outcome.raw) : internalClassification(outcome.type, outcome.message);
+    const startedAt = raw?.observation.startedAt ?? row.started_at ?? now;
+    const endedAt = raw?.observation.endedAt ?? now;
+    const patch: ExecutionUpdate = {
+      status: c.status,
+      exit_code: c.exitCode,
+      error: c.error ? JSON.stringify(c.error) : null,
+      output: c.output === null || c.output === undefined ? null : JSON.stringify(c.output),
+      stdout: raw?.stdout ?? '',
+      stderr: raw?.stderr ?? '',
+      stdout_truncated: raw?.stdoutTruncated ?? false,
+      stderr_truncated: raw?.stderrTruncated ?? false,
+      timing: JSON.stringify(c.timing),
+      resource_usage: JSON.stringify(c.resourceUsage),
+      started_at: startedAt,
+      ended_at: endedAt,
+      duration_ms: Math.max(0, Math.round(new Date(endedAt).getTime() - new Date(startedAt).getTime())),
+      phase: c.timing.phase_at_exit,
+      claimed_by: null,
+    };
+    const artifacts: NewArtifact[] = (raw?.artifacts ?? []).map((a) => ({
+      executionId: row.id,
+      kind: 'output',
+      name: a.name,
+      sizeBytes: a.size,
+      sha256: a.sha256,
+      contentType: a.contentType,
+      data: a.data ?? null,
+      skipped: a.skipped ?? null,
+    }));
+    const dlqError = c.error !== null && DLQ_ERROR_TYPES.has(c.error.type) ? c.error : null;
+    const settle = (q: Kysely<Database> | Transaction<Database>) => settleRunning(q, row.id, workerId, patch, DONE_CHANNEL);
+    // The common case (no files, no DLQ entry) is one statement; otherwise one short transaction.
+    const updated =
+      artifacts.length === 0 && !dlqError
+        ? await settle(db.kysely)
+        : await db.kysely.transaction().execute(async (tx) => {
+            const u = await settle(tx);
+            if (!u) return undefined;
+            await insertArtifacts(tx, artifacts);
+            if (dlqError) {
+              await insertDlq(tx, {
+                jobId: row.id,
+                jobData: { code: row.code, input_data: row.input_data, job_type: row.job_type, timeout: row.timeout_s, startup_timeout: row.startup_timeout_s, requirements: row.requirements },
+                errorType: dlqError.type,
+                errorMessage: dlqError.message,
+                retryCount: Math.max(0, outcome.attempts - 1),
+                clientIp: row.client_ip,
+                correlationId: row.correlation_id,
+              });
+            }
+            return u;
+          });
+    if (!updated) {
+      // Someone else settled it (a cancel of a queued row cannot reach here; another process adopted it).
+      log.warn('record was settled elsewhere; result dropped');
+      return (await getExecution(db.kysely, row.id)) ?? row;
+    }
+    this.o.events?.onFinished?.(updated);
+    log.info({ status: updated.status, error_type: c.error?.type, duration_ms: updated.duration_ms }, 'run finished');
+    return updated;
+  }
+
+  private async requeue(row: ExecutionRow, why: string): Promise<ExecutionRow> {
+    const u = await this.o.claims.giveBack(row);
+    this.o.logger.info({ execution_id: row.id, why }, 'job returned to the queue');
+    return u;
+  }
+
+  /**
+   * A run that left nothing to re-attach to (after a crash): async runs that never reached user code
+   * go back to the queue; the others fail with `internal_error` and land in the DLQ.
+   */
+  private async settleGone(row: ExecutionRow, log: Logger): Promise<ExecutionRow> {
+    if (row.mode === 'async' && (row.phase === 'startup' || row.phase === null)) return this.requeue(row, 'its process died before user code started');
+    return this.finalize(
+      row,
+      { kind: 'internal', type: 'internal_error', message: 'the service stopped while this job was running (user code had started); it was not re-run', attempts: row.attempts },
+      log,
+    );
+  }
+}
+
+/** A resolved run counts against the breaker when the machinery (not the user's code) failed. */
+export function isEngineFailure(raw: RawRun): boolean {
+  const t = raw.observation.infraError?.type;
+  return t === 'internal_error' || t === 'docker_error';
+}
+
+function internalClassification(type: string, message: string): Classification {
+  return {
+    status: 'failed',
+    exitCode: null,
+    error: { type, message },
+    output: null,
+    timing: { startup_ms: 0, dep_install_ms: 0, execution_ms: 0, total_ms: 0, phase_at_exit: 'startup' },
+    resourceUsage: { max_rss_mb: 0, cpu_time_ms: 0, wall_time_ms: 0 },
+  };
+}
