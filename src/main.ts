@@ -10,6 +10,7 @@ import { ConfigError, loadConfig, type Config } from './config.ts';
 import { errorMessage } from './errors.ts';
 import { Executions, QUEUED_CHANNEL } from './executions/service.ts';
 import { CompletionWaiter } from './executions/waiter.ts';
+import { History } from './executions/history.ts';
 import { createJobTypeRegistry } from './jobtypes/index.ts';
 import type { JobTypeRegistry } from './jobtypes/job-type.ts';
 import { createLogger, type Logger } from './logger.ts';
@@ -105,7 +106,7 @@ export async function createService(config: Config, o: ServiceOverrides = {}): P
     ...(o.pollMs ? { pollMs: o.pollMs } : {}),
   });
   let shuttingDown = false;
-  const app = createApp({ config, db, executions, waiter, registry, runtime, breaker, slots, logger, metrics, version: VERSION, isShuttingDown: () => shuttingDown });
+  const app = createApp({ config, history: new History(db), executions, waiter, registry, runtime, breaker, slots, logger, metrics, version: VERSION, isShuttingDown: () => shuttingDown });
 
   return {
     config,

@@ -29,7 +29,7 @@ export function createApp(deps: AppDeps): Hono<AppEnv> {
   app.route('/', dlqRoutes(deps));
   app.route('/', poolRoutes(deps));
   app.route('/', metricsRoutes(deps));
-  app.route('/', openapiRoutes(deps));
+  app.route('/', openapiRoutes(deps, () => app));
   app.notFound((c) => errorResponse(new AppError('not_found', `no route for ${c.req.method} ${c.req.path}`), c));
   app.onError((err, c) => errorResponse(err, c));
   return app;
