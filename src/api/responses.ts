@@ -54,7 +54,7 @@ export const ArtifactSchema = v.pipe(
   v.strictObject({
     name: v.string(),
     size_bytes: nonNegInt,
-    sha256: sha256Hex,
+    sha256: v.pipe(v.string(), v.regex(/^(?:[0-9a-f]{64})?$/), v.description('Hex SHA-256 of the content; empty when the file was skipped')),
     content_type: v.string(),
     skipped: v.optional(v.pipe(v.string(), v.description('Why the file was not kept: too_large, reserved_name, not_regular'))),
   }),
@@ -260,7 +260,7 @@ export const HealthSchema = v.pipe(
       limits: v.string(),
       security_mode: v.picklist(['permissive', 'strict']),
       warning: v.optional(v.string()),
-      detail: v.optional(v.string()),
+      detail: v.optional(v.pipe(v.record(v.string(), v.unknown()), v.description('Engine-specific facts (cgroup version, seccomp, gVisor platform…); an open object'))),
     }),
     database: v.strictObject({ kind: v.picklist(['postgres', 'pglite']), available: v.boolean() }),
   }),
