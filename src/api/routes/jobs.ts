@@ -12,6 +12,7 @@ import { bodyValidator, errorResponses, jsonResponse, pathParam, queryValidator,
 import { requestHeader } from '../request-header.ts';
 import {
   AnyRecordSchema,
+  FullRecordSchema,
   CancelSchema,
 
   JobStatusSchema,
@@ -43,7 +44,7 @@ export function jobRoutes(deps: AppDeps) {
       summary: 'Job status',
       description: 'The brief status; view=full gives the whole record (as GET /executions/{id}?view=full).',
       parameters: [idParam],
-      responses: { 200: jsonResponse('Status, or the full record with view=full', v.union([JobStatusSchema, AnyRecordSchema])), ...errorResponses(400, 404) },
+      responses: { 200: jsonResponse('Status, or the full record with view=full', v.union([JobStatusSchema, FullRecordSchema])), ...errorResponses(400, 404) },
     }),
     queryValidator(ViewQuery),
     async (c) => {

@@ -5,7 +5,7 @@
  * schema (fixed shapes are closed, so an undocumented field fails), and non-JSON answers must carry
  * the documented media type and headers.
  */
-import Ajv2020, { type ValidateFunction } from 'ajv/dist/2020.js';
+import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { insertDlq } from '../../../src/store/dlq.repository.ts';
