@@ -61,7 +61,7 @@ export function openapiRoutes(deps: AppDeps, root: () => Hono<AppEnv>) {
   const cache = new Map<string, Promise<Buffer>>();
 
   app.get('/openapi.json', async (c) => {
-    doc ??= buildOpenApi(root(), deps.config, deps.version).catch((err: unknown) => {
+    doc ??= buildOpenApi(root(), deps.version).catch((err: unknown) => {
       doc = undefined;
       throw err;
     });
