@@ -119,7 +119,7 @@ export function requestSchemas(config: Config) {
 export function intParam(name: string, min: number, max: number, dflt: number, description?: string) {
   const msg = `${name} must be an integer between ${min} and ${max}`;
   return v.pipe(
-    v.optional(v.pipe(v.string(), v.regex(/^-?\d+$/, msg), v.transform(Number), v.number(), v.minValue(min, msg), v.maxValue(max, msg)), String(dflt)),
+    v.optional(v.pipe(v.string(`${name} must be given once, as an integer between ${min} and ${max}`), v.regex(/^-?\d+$/, msg), v.transform(Number), v.number(), v.minValue(min, msg), v.maxValue(max, msg)), String(dflt)),
     // The wire form is a digit string; the document states the integer it means (and drops the
     // digit pattern, which only applies to strings).
     v.metadata({ type: 'integer', pattern: undefined, minimum: min, maximum: max, default: dflt, ...(description ? { description } : {}) }),
@@ -158,7 +158,7 @@ export const ExecutionsQuery = v.object({
   status: v.optional(
     v.pipe(v.picklist(STATUS_FILTERS, `status must be one of ${STATUS_FILTERS.join(', ')}`), v.description('Record status; `pending` is the queue\'s name for `queued`.')),
   ),
-  job_type: v.optional(v.pipe(v.string(), v.maxLength(63), v.description('Job type name.'))),
+  job_type: v.optional(v.pipe(v.string('job_type must be given once'), v.maxLength(63, 'job_type must be at most 63 characters'), v.description('Job type name.'))),
   limit: intParam('limit', 1, 1000, 100, 'Page size.'),
   offset: intParam('offset', 0, Number.MAX_SAFE_INTEGER, 0, 'Records skipped.'),
   view: viewParam,
@@ -166,7 +166,7 @@ export const ExecutionsQuery = v.object({
 
 /** `GET /dlq` query. */
 export const DlqQuery = v.object({
-  error_type: v.optional(v.pipe(v.string(), v.maxLength(64), v.description('Only entries of this error type (SPEC §7.2).'))),
+  error_type: v.optional(v.pipe(v.string('error_type must be given once'), v.maxLength(64, 'error_type must be at most 64 characters'), v.description('Only entries of this error type (SPEC §7.2).'))),
   limit: intParam('limit', 1, 1000, 100, 'Page size.'),
   offset: intParam('offset', 0, Number.MAX_SAFE_INTEGER, 0, 'Entries skipped.'),
 });
