@@ -69,6 +69,8 @@ export function openapiRoutes(deps: AppDeps, root: () => Hono<AppEnv>) {
   });
 
   app.get('/docs', (c) => c.html(DOCS_HTML));
+  // From `/docs/` the page's `./docs/…` references would miss; send the browser one level up, relatively.
+  app.get('/docs/', (c) => c.redirect('../docs', 301));
 
   app.get('/docs/:file', async (c) => {
     const file = c.req.param('file');

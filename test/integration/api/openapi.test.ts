@@ -90,6 +90,12 @@ describe('/docs: Swagger UI, offline and relative', () => {
     }
   });
 
+  it('/docs/ redirects relatively to the page', async () => {
+    const res = await svc.get('/docs/');
+    expect(res.status).toBe(301);
+    expect(new URL(res.headers.get('location')!, 'http://host/prefix/docs/').pathname).toBe('/prefix/docs');
+  });
+
   it('unknown documentation files are 404', async () => {
     expect((await svc.get('/docs/package.json')).status).toBe(404);
     expect((await svc.get('/docs/..%2Fpackage.json')).status).toBe(404);
