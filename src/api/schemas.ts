@@ -90,7 +90,7 @@ export function requestSchemas(config: Config) {
   const shared = { code, input_data: inputData, timeout, startup_timeout: startupTimeout, job_type: jobType, requirements };
   const sync = v.pipe(
     v.looseObject(shared, 'request body must be a JSON object'),
-    v.metadata({ ref: 'ExecuteRequest', description: `SPEC §2.1 without idempotency_key. The whole body is at most ${config.max_body_bytes} bytes (max_body_bytes).` }),
+    v.metadata({ ref: 'ExecuteRequest', 'x-max-bytes': config.max_body_bytes, description: `SPEC §2.1 without idempotency_key. The whole body is at most ${config.max_body_bytes} bytes (max_body_bytes).` }),
     v.check((x) => !('idempotency_key' in x), 'idempotency_key is only accepted by POST /execute/async'),
     v.transform(({ code, input_data, timeout, startup_timeout, job_type, requirements }) => ({ code, input_data, timeout, startup_timeout, job_type, requirements })),
   );
@@ -109,9 +109,9 @@ export function requestSchemas(config: Config) {
       },
       'request body must be a JSON object',
     ),
-    v.metadata({ ref: 'ExecuteAsyncRequest', description: `SPEC §2.1. The whole body is at most ${config.max_body_bytes} bytes (max_body_bytes).` }),
+    v.metadata({ ref: 'ExecuteAsyncRequest', 'x-max-bytes': config.max_body_bytes, description: `SPEC §2.1. The whole body is at most ${config.max_body_bytes} bytes (max_body_bytes).` }),
   );
-  const fork = v.pipe(v.object({ code }, 'request body must be a JSON object with a code field'), v.metadata({ ref: 'ForkRequest' }));
+  const fork = v.pipe(v.object({ code }, 'request body must be a JSON object with a code field'), v.metadata({ ref: 'ForkRequest', 'x-max-bytes': config.max_body_bytes, description: `The whole body is at most ${config.max_body_bytes} bytes (max_body_bytes).` }));
   return { sync, async: asyncBody, fork };
 }
 

@@ -279,6 +279,8 @@ describe('the document itself', () => {
     expect(req.properties.timeout).toMatchObject({ minimum: 1, maximum: svc.config.max_timeout });
     expect(req.properties.startup_timeout).toMatchObject({ minimum: 10, maximum: 600, default: 60 });
     expect(req.description).toContain(String(64 * 1024));
+    expect(req['x-max-bytes']).toBe(64 * 1024);
+    expect(s.ForkRequest['x-max-bytes']).toBe(64 * 1024);
     const wait = (doc.paths['/jobs/{id}/result']!.get!.parameters as J[]).find((p) => p.name === 'timeout');
     expect(wait?.schema).toMatchObject({ type: 'integer', minimum: 1, maximum: 300, default: 30 });
   });
