@@ -98,7 +98,8 @@ export async function buildOpenApi(app: Hono<AppEnv>, version: string): Promise<
       security: [],
       tags: TAGS,
     },
-    exclude: ['/docs', '/docs/{file}'],
+    // /openapi.json looks like a static file to hono-openapi; it is an operation here.
+    excludeStaticFile: false,
     defaultValidationErrorResponse: false,
   });
   return doc as unknown as Record<string, unknown>;

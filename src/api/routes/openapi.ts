@@ -8,6 +8,7 @@ import { createRequire } from 'node:module';
 import path from 'node:path';
 import type { Hono } from 'hono';
 import { Hono as HonoApp } from 'hono';
+import { describeRoute } from 'hono-openapi';
 import { AppError } from '../../errors.ts';
 import type { AppDeps, AppEnv } from '../deps.ts';
 import { buildOpenApi } from '../openapi.ts';
@@ -60,7 +61,15 @@ export function openapiRoutes(deps: AppDeps, root: () => Hono<AppEnv>) {
   let doc: Promise<Record<string, unknown>> | undefined;
   const cache = new Map<string, Promise<Buffer>>();
 
-  app.get('/openapi.json', async (c) => {
+  app.get(
+    '/openapi.json',
+    describeRoute({
+      operationId: 'getOpenApi',
+      tags: ['operations'],
+      summary: 'This document',
+      responses: { 200: { description: 'The OpenAPI 3.1 document of this instance', content: { 'application/json': { schema: { type: 'object', description: 'An OpenAPI 3.1 document' } } } } },
+    }),
+    async (c) => {
     doc ??= buildOpenApi(root(), deps.version).catch((err: unknown) => {
       doc = undefined;
       throw err;
@@ -68,7 +77,16 @@ export function openapiRoutes(deps: AppDeps, root: () => Hono<AppEnv>) {
     return c.json(await doc);
   });
 
-  app.get('/docs', (c) => c.html(DOCS_HTML));
+  app.get(
+    '/docs',
+    describeRoute({
+      operationId: 'getDocs',
+      tags: ['operations'],
+      summary: 'Browsable API reference (Swagger UI)',
+      responses: { 200: { description: 'An HTML page; its assets are under ./docs/', content: { 'text/html': { schema: { type: 'string' } } } } },
+    }),
+    (c) => c.html(DOCS_HTML),
+  );
   // From `/docs/` the page's `./docs/…` references would miss; send the browser one level up, relatively.
   app.get('/docs/', (c) => c.redirect('../docs', 301));
 
