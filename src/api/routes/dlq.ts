@@ -7,6 +7,7 @@ import { errorResponses, jsonResponse, pathParam, queryValidator } from '../open
 import { DlqDeletedSchema, DlqPageSchema, DlqStatsSchema } from '../responses.ts';
 import { DlqQuery } from '../schemas.ts';
 
+/** Sub-app for `/dlq`, `/dlq/stats`, `DELETE /dlq/{id}`. */
 export function dlqRoutes(deps: AppDeps) {
   const app = new Hono<AppEnv>();
   const { history } = deps;

@@ -10,6 +10,7 @@ import * as v from 'valibot';
 import { ErrorSchema, IdempotencyConflictSchema, SubmissionSchema, SyncResultSchema, SyncUnavailableSchema } from '../responses.ts';
 import { requestSchemas } from '../schemas.ts';
 
+/** Sub-app for `POST /execute` and `POST /execute/async`. */
 export function executeRoutes(deps: AppDeps) {
   const schemas = requestSchemas(deps.config);
   const app = new Hono<AppEnv>();

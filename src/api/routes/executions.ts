@@ -7,6 +7,7 @@ import { errorResponses, jsonResponse, pathParam, queryValidator } from '../open
 import { AnyRecordSchema, ExecutionsPageSchema } from '../responses.ts';
 import { ExecutionsQuery, ViewQuery } from '../schemas.ts';
 
+/** Sub-app for `GET /executions` and `GET /executions/{id}`. */
 export function executionRoutes(deps: AppDeps) {
   const app = new Hono<AppEnv>();
   const { history } = deps;

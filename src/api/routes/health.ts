@@ -11,6 +11,7 @@ import type { AppDeps, AppEnv } from '../deps.ts';
 import { jsonResponse } from '../openapi.ts';
 import { HealthSchema, LiveSchema, ReadySchema } from '../responses.ts';
 
+/** Sub-app for `/health`, `/livez`, `/readyz`. */
 export function healthRoutes(deps: AppDeps) {
   const app = new Hono<AppEnv>();
 

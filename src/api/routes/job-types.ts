@@ -9,6 +9,7 @@ import { JobTypeListSchema, JobTypeSchema } from '../responses.ts';
 
 const nameParam = pathParam('name', 'Job type name');
 
+/** Sub-app for `/job-types`, `/job-types/{name}`, the 501 build. */
 export function jobTypeRoutes(deps: AppDeps) {
   const app = new Hono<AppEnv>();
   const mustGet = (name: string) => {

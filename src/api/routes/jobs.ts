@@ -25,6 +25,7 @@ import * as v from 'valibot';
 
 const idParam = pathParam('id', 'Job id (the execution_id)');
 
+/** Sub-app for `/jobs/{id}…`: status, result, cancel, rerun, fork, artifacts. */
 export function jobRoutes(deps: AppDeps) {
   const schemas = requestSchemas(deps.config);
   const app = new Hono<AppEnv>();

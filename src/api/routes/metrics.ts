@@ -5,6 +5,7 @@ import type { AppDeps, AppEnv } from '../deps.ts';
 
 const BREAKER_VALUE = { closed: 0, half_open: 1, open: 2 } as const;
 
+/** Sub-app for `GET /metrics`. */
 export function metricsRoutes(deps: AppDeps) {
   const app = new Hono<AppEnv>();
   app.get(

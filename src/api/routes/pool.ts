@@ -8,6 +8,7 @@ import type { AppDeps, AppEnv } from '../deps.ts';
 import { jsonResponse } from '../openapi.ts';
 import { PoolStatsSchema } from '../responses.ts';
 
+/** Sub-app for `GET /pool/stats`. */
 export function poolRoutes(deps: AppDeps) {
   const app = new Hono<AppEnv>();
   app.get(
