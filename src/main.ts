@@ -10,6 +10,7 @@ import { ConfigError, loadConfig, type Config } from './config.ts';
 import { systemClock, type Clock } from './clock.ts';
 import { errorMessage } from './errors.ts';
 import { CompletionWaiter, Executions } from './executions/index.ts';
+import { History } from './executions/history.ts';
 import { createJobTypeRegistry } from './jobtypes/index.ts';
 import type { JobTypeRegistry } from './jobtypes/job-type.ts';
 import { createLogger, type Logger } from './logger.ts';
@@ -117,7 +118,7 @@ export async function createService(config: Config, o: ServiceOverrides = {}): P
     ...(o.pollMs ? { pollMs: o.pollMs } : {}),
   });
   let shuttingDown = false;
-  const app = createApp({ config, db, executions, waiter, registry, runtime, breaker, slots, logger, metrics, version: VERSION, isShuttingDown: () => shuttingDown });
+  const app = createApp({ config, history: new History(db), executions, waiter, registry, runtime, breaker, slots, logger, metrics, version: VERSION, isShuttingDown: () => shuttingDown });
 
   return {
     config,

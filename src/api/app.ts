@@ -20,9 +20,10 @@ import { poolRoutes } from './routes/pool.ts';
 /** Builds the app over its dependencies. */
 export function createApp(deps: AppDeps): Hono<AppEnv> {
   const app = new Hono<AppEnv>();
-  app.use('*', httpMetrics(deps.metrics));
   app.use('*', requestContext(deps.logger));
-  // Bodies are read (and capped at max_body_bytes) by the routes that take one: see api/validate.ts.
+  app.use('*', httpMetrics(deps.metrics));
+  // Bodies are read (and capped at max_body_bytes) by the routes that take one (bodyValidator, api/openapi.ts).
+  // /openapi.json is generated from the routes declared here, read when it is first asked for.
   app.route('/', executeRoutes(deps));
   app.route('/', jobRoutes(deps));
   app.route('/', executionRoutes(deps));
@@ -31,7 +32,7 @@ export function createApp(deps: AppDeps): Hono<AppEnv> {
   app.route('/', dlqRoutes(deps));
   app.route('/', poolRoutes(deps));
   app.route('/', metricsRoutes(deps));
-  app.route('/', openapiRoutes(deps));
+  app.route('/', openapiRoutes(deps, () => app));
   app.notFound((c) => errorResponse(new AppError('not_found', `no route for ${c.req.method} ${c.req.path}`), c));
   app.onError((err, c) => errorResponse(err, c));
   return app;

@@ -1,19 +1,19 @@
 /** What the HTTP layer is given by `main.ts` (or a test): everything it talks to. */
 import type { Config } from '../config.ts';
-import type { Executions } from '../executions/service.ts';
-import type { CompletionWaiter } from '../executions/waiter.ts';
+import type { History } from '../executions/history.ts';
+import type { CompletionWaiter, Executions } from '../executions/index.ts';
 import type { JobTypeRegistry } from '../jobtypes/job-type.ts';
 import type { Logger } from '../logger.ts';
 import type { Metrics } from '../metrics.ts';
 import type { Slots } from '../queue/slots.ts';
 import type { CircuitBreaker } from '../resilience/breaker.ts';
 import type { Runtime } from '../runtime/runtime.ts';
-import type { Db } from '../store/database.ts';
 
 /** Dependencies of the API. */
 export interface AppDeps {
   config: Config;
-  db: Db;
+  /** Every read of records, artifacts, the queue and the DLQ (the API holds no SQL). */
+  history: History;
   executions: Executions;
   waiter: CompletionWaiter;
   registry: JobTypeRegistry;

@@ -1,147 +1,115 @@
 /**
- * The OpenAPI 3.1 document, generated from the same valibot schemas the routes validate with
- * (request bodies), plus hand-written response shapes for SPEC §2.
+ * How routes declare their contract, and the OpenAPI 3.1 document generated from those declarations
+ * by hono-openapi. A route carries `describeRoute({...responses})` built from the valibot response
+ * schemas of `responses.ts`, and validates its query and body with the middlewares below, which also
+ * register the request schema with hono-openapi. So the document is made from the objects the routes
+ * use, and cannot drift from them.
+ *
+ * JSON bodies are read by our own middleware (not hono-openapi's `validator('json')`, which reads
+ * the whole body before any size check and treats a non-JSON content type as an empty object): it
+ * keeps the 413 / 415 / 400 behaviour of `validate.ts` and registers the schema the same way
+ * `validator()` does, through hono-openapi's documented `uniqueSymbol` extension point.
  */
-import { toJsonSchema } from '@valibot/to-json-schema';
-import type { GenericSchema } from 'valibot';
-import type { Config } from '../config.ts';
-import { requestSchemas, RECORD_STATUSES } from './schemas.ts';
+import type { Hono, MiddlewareHandler } from 'hono';
+import { generateSpecs, resolver, uniqueSymbol, validator, type DescribeRouteOptions } from 'hono-openapi';
+import * as v from 'valibot';
+import { AppError } from '../errors.ts';
+import type { AppEnv } from './deps.ts';
+import { formatValiIssues } from './errors.ts';
+import { ErrorSchema } from './responses.ts';
+import { jsonBody } from './validate.ts';
 
-const json = (schema: GenericSchema) => toJsonSchema(schema, { errorMode: 'ignore', typeMode: 'input' });
+/** Converter options: document what a client sends (the input side of each pipeline). */
+const CONVERT = { options: { typeMode: 'input' } } as const;
 
-const ERROR = {
-  type: 'object',
-  required: ['detail', 'code', 'correlation_id'],
-  properties: { detail: { type: 'string' }, code: { type: 'string' }, correlation_id: { type: 'string' } },
-};
-const errorResponses = (...codes: number[]) =>
-  Object.fromEntries(codes.map((c) => [String(c), { description: STATUS_TEXT[c] ?? 'error', content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } }]));
-const STATUS_TEXT: Record<number, string> = {
-  400: 'invalid request',
-  404: 'not found',
-  408: 'wait timed out',
-  409: 'conflict',
-  413: 'body too large',
-  415: 'not JSON',
-  503: 'queue full, degraded or shutting down',
-};
-const ok = (description: string, ref?: string) => ({
-  description,
-  content: { 'application/json': { schema: ref ? { $ref: `#/components/schemas/${ref}` } : { type: 'object' } } },
-});
-const idParam = (name = 'id') => ({ name, in: 'path', required: true, schema: { type: 'string' } });
-const viewQ = { name: 'view', in: 'query', schema: { type: 'string', enum: ['full'] } };
-const page = [
-  { name: 'limit', in: 'query', schema: { type: 'integer', minimum: 1, maximum: 1000, default: 100 } },
-  { name: 'offset', in: 'query', schema: { type: 'integer', minimum: 0, default: 0 } },
-];
+/** A valibot schema as hono-openapi consumes it. */
+export const schemaOf = (schema: v.GenericSchema) => resolver(schema, CONVERT);
 
-/** Builds the document for the configured limits. */
-export function buildOpenApi(config: Config, version: string): Record<string, unknown> {
-  const s = requestSchemas(config);
-  const body = (schema: GenericSchema) => ({ required: true, content: { 'application/json': { schema: json(schema) } } });
-  return {
-    openapi: '3.1.0',
-    info: { title: 'sandpod', version, description: 'Runs untrusted Python code in sandboxes.' },
-    paths: {
-      '/execute': { post: { summary: 'Run code and wait for the result', requestBody: body(s.sync), responses: { 200: ok('sync result', 'SyncResult'), ...errorResponses(400, 413, 415, 503) } } },
-      '/execute/async': {
-        post: {
-          summary: 'Queue code for execution (idempotency_key optional)',
-          requestBody: body(s.async),
-          responses: { 202: ok('queued'), 200: ok('idempotent replay of an existing job'), ...errorResponses(400, 409, 413, 415, 503) },
-        },
-      },
-      '/jobs/{id}': { get: { summary: 'Job status', parameters: [idParam(), viewQ], responses: { 200: ok('status'), ...errorResponses(404) } } },
-      '/jobs/{id}/result': {
-        get: {
-          summary: 'Job result; wait=true long-polls',
-          parameters: [
-            idParam(),
-            { name: 'wait', in: 'query', schema: { type: 'boolean', default: false } },
-            { name: 'timeout', in: 'query', schema: { type: 'integer', minimum: 1, maximum: 300, default: 30 } },
-            viewQ,
-          ],
-          responses: { 200: ok('execution record', 'ExecutionRecord'), 202: ok('not finished yet'), ...errorResponses(400, 404, 408) },
-        },
-      },
-      '/jobs/{id}/cancel': { post: { summary: 'Cancel a queued or running job', parameters: [idParam()], responses: { 200: ok('cancelled'), 202: ok('cancelling'), ...errorResponses(404, 409) } } },
-      '/jobs/{id}/rerun': { post: { summary: 'Re-run a finished job', parameters: [idParam()], responses: { 202: ok('queued'), ...errorResponses(404, 409, 503) } } },
-      '/jobs/{id}/fork': { post: { summary: 'Run new code with a finished job\'s input and settings', parameters: [idParam()], requestBody: body(s.fork), responses: { 202: ok('queued'), ...errorResponses(400, 404, 409, 503) } } },
-      '/jobs/{job_id}/artifacts/{artifact_name}': {
-        get: {
-          summary: 'Download an artifact (ETag, If-None-Match)',
-          parameters: [idParam('job_id'), idParam('artifact_name'), { name: 'If-None-Match', in: 'header', schema: { type: 'string' } }],
-          responses: { 200: { description: 'file bytes' }, 304: { description: 'not modified' }, ...errorResponses(400, 404) },
-        },
-        head: { summary: 'Artifact headers only', parameters: [idParam('job_id'), idParam('artifact_name')], responses: { 200: { description: 'headers' }, 304: { description: 'not modified' }, 404: { description: 'not found' } } },
-      },
-      '/executions': {
-        get: {
-          summary: 'Execution history, newest first',
-          parameters: [
-            { name: 'status', in: 'query', schema: { type: 'string', enum: [...RECORD_STATUSES] } },
-            { name: 'job_type', in: 'query', schema: { type: 'string' } },
-            ...page,
-            viewQ,
-          ],
-          responses: { 200: ok('page', 'Page'), ...errorResponses(400) },
-        },
-      },
-      '/executions/{id}': { get: { summary: 'One execution record', parameters: [idParam(), viewQ], responses: { 200: ok('record', 'ExecutionRecord'), ...errorResponses(404) } } },
-      '/job-types': { get: { summary: 'Job types', responses: { 200: ok('job types') } } },
-      '/job-types/{name}': { get: { summary: 'One job type', parameters: [idParam('name')], responses: { 200: ok('job type'), ...errorResponses(404) } } },
-      '/job-types/{name}/build': { post: { summary: 'Build a job type image (not implemented yet: 501)', parameters: [idParam('name')], responses: { 501: { description: 'not implemented' }, ...errorResponses(404) } } },
-      '/health': { get: { summary: 'Health (503 when degraded)', responses: { 200: ok('healthy'), 503: ok('degraded') } } },
-      '/livez': { get: { summary: 'Liveness', responses: { 200: ok('alive') } } },
-      '/readyz': { get: { summary: 'Readiness', responses: { 200: ok('ready'), 503: ok('not ready') } } },
-      '/pool/stats': { get: { summary: 'Worker pool statistics', responses: { 200: ok('stats') } } },
-      '/metrics': { get: { summary: 'Prometheus metrics', responses: { 200: { description: 'text exposition format' } } } },
-      '/dlq': { get: { summary: 'Dead letter queue', parameters: [{ name: 'error_type', in: 'query', schema: { type: 'string' } }, ...page], responses: { 200: ok('page', 'Page'), ...errorResponses(400) } } },
-      '/dlq/stats': { get: { summary: 'DLQ statistics', responses: { 200: ok('stats') } } },
-      '/dlq/{id}': { delete: { summary: 'Remove a DLQ entry', parameters: [idParam()], responses: { 200: ok('deleted'), ...errorResponses(400, 404) } } },
-    },
-    components: {
-      schemas: {
-        Error: ERROR,
-        SyncResult: {
-          type: 'object',
-          properties: {
-            success: { type: 'boolean' },
-            output: {},
-            stdout: { type: 'string' },
-            stderr: { type: 'string' },
-            exit_code: { type: ['integer', 'null'] },
-            execution_time: { type: 'number' },
-            error: {},
-            job_type: { type: 'string' },
-            execution_id: { type: 'string' },
-          },
-        },
-        ExecutionRecord: {
-          type: 'object',
-          properties: {
-            execution_id: { type: 'string' },
-            status: { type: 'string', enum: ['queued', 'running', 'succeeded', 'failed', 'timeout', 'oom', 'cancelled'] },
-            job_type: { type: 'string' },
-            job_version: { type: 'string' },
-            created_at: { type: 'string', format: 'date-time' },
-            started_at: { type: ['string', 'null'], format: 'date-time' },
-            ended_at: { type: ['string', 'null'], format: 'date-time' },
-            duration_ms: { type: ['integer', 'null'] },
-            exit_code: { type: ['integer', 'null'] },
-            stdout: { type: 'string' },
-            stderr: { type: 'string' },
-            output: {},
-            error: { type: ['object', 'null'] },
-            timing: { type: ['object', 'null'] },
-          },
-        },
-        Page: {
-          type: 'object',
-          properties: { items: { type: 'array' }, limit: { type: 'integer' }, offset: { type: 'integer' }, has_more: { type: 'boolean' }, count: { type: 'integer' } },
-        },
-      },
-    },
-  };
+/** A JSON response. */
+export function jsonResponse(description: string, schema: v.GenericSchema): ResponseDoc {
+  return { description, content: { 'application/json': { schema: schemaOf(schema) } } };
 }
+
+/** One response of an operation, as `describeRoute` takes it. */
+export type ResponseDoc = NonNullable<DescribeRouteOptions['responses']>[string];
+
+const ERROR_TEXT: Record<number, string> = {
+  400: 'Invalid request: the detail names the field and the problem',
+  404: 'Not found',
+  408: 'The wait ran out before the job finished',
+  409: 'Conflict with the job\'s state',
+  413: 'Request body larger than max_body_bytes',
+  415: 'Request body is not application/json',
+  500: 'Internal error; quote the correlation id',
+  501: 'Not implemented',
+  503: 'Queue full, service degraded or shutting down',
+};
+
+/** Error responses with the one error body. */
+export function errorResponses(...codes: number[]): Record<string, ResponseDoc> {
+  return Object.fromEntries(codes.map((c) => [String(c), jsonResponse(ERROR_TEXT[c] ?? 'Error', ErrorSchema)]));
+}
+
+/** A path parameter. */
+export function pathParam(name: string, description: string, pattern?: string): ParamDoc {
+  return { name, in: 'path', required: true, description, schema: { type: 'string', minLength: 1, ...(pattern ? { pattern } : {}) } };
+}
+
+/** One parameter of an operation, as `describeRoute` takes it. */
+export type ParamDoc = NonNullable<DescribeRouteOptions['parameters']>[number];
+
+/** Validates the query string with `schema` (400 `validation_error` naming the parameter) and documents it. */
+export function queryValidator<S extends v.GenericSchema>(schema: S) {
+  return validator('query', schema, (result) => {
+    if (!result.success) {
+      throw new AppError('validation_error', formatValiIssues(result.error as readonly v.BaseIssue<unknown>[]) || 'invalid query');
+    }
+  }, CONVERT);
+}
+
+/**
+ * Reads and validates the JSON body (413 beyond `limit`, 415 when not JSON, 400 when malformed or
+ * invalid; see `validate.ts`), stores it for `c.req.valid('json')`, and documents `schema` as the
+ * request body.
+ */
+export function bodyValidator<S extends v.GenericSchema>(schema: S, limit: number, before?: () => void) {
+  const mw: MiddlewareHandler<AppEnv, string, { in: { json: v.InferInput<S> }; out: { json: v.InferOutput<S> } }> = async (c, next) => {
+    before?.();
+    c.req.addValidatedData('json', (await jsonBody(c, schema, { limit })) as object);
+    await next();
+  };
+  return Object.assign(mw, { [uniqueSymbol]: { target: 'json', ...schemaOf(schema), options: CONVERT } });
+}
+
+/** Builds the document for an app whose routes are declared as above. */
+export async function buildOpenApi(app: Hono<AppEnv>, version: string): Promise<Record<string, unknown>> {
+  const doc = await generateSpecs(app, {
+    documentation: {
+      info: {
+        title: 'sandpod',
+        version,
+        description:
+          'Runs untrusted Python code in sandboxes and keeps a record of every run. Request limits in the schemas are those of this instance\'s configuration.',
+        license: { name: 'Apache-2.0', identifier: 'Apache-2.0' },
+      },
+      // Relative: the document is right wherever the service is mounted (behind a path prefix too).
+      servers: [{ url: '.', description: 'This service, at the address this document was fetched from' }],
+      // On purpose: the service authenticates nobody; put it behind a proxy that does (SPEC §5).
+      security: [],
+      tags: TAGS,
+    },
+    // /openapi.json looks like a static file to hono-openapi; it is an operation here.
+    excludeStaticFile: false,
+    defaultValidationErrorResponse: false,
+  });
+  return doc as unknown as Record<string, unknown>;
+}
+
+const TAGS = [
+  { name: 'execute', description: 'Run code (SPEC §4.1, §4.2)' },
+  { name: 'jobs', description: 'Status, results, cancel, rerun, fork, artifacts (SPEC §4.3-§4.8)' },
+  { name: 'history', description: 'Execution records (SPEC §4.12)' },
+  { name: 'job-types', description: 'Environments (SPEC §4.9)' },
+  { name: 'operations', description: 'Health, probes, pool, metrics, this document' },
+  { name: 'dlq', description: 'Dead letter queue (SPEC §4.13)' },
+];

@@ -1,9 +1,14 @@
 /**
- * Request schemas (SPEC §2.1, §4). Built from the configuration because some limits are configurable
- * (`max_timeout`, code and input size caps). Unknown fields are ignored, as most JSON APIs do.
+ * Request schemas (SPEC §2.1, §4): bodies and query strings. Built from the configuration because
+ * some limits are configurable (`max_timeout`, code and input size caps). The same objects validate
+ * requests and generate the OpenAPI document, so the limits a client reads are the ones enforced.
+ * Checks JSON Schema cannot express (UTF-8 byte counts) are enforced by `v.check` and stated in the
+ * document by `v.metadata` (`x-max-bytes`, a description, and `maxLength` as a character bound that
+ * is implied by the byte bound). Unknown body fields are ignored, as most JSON APIs do.
  */
 import * as v from 'valibot';
 import type { Config } from '../config.ts';
+import { STATUS_FILTERS } from '../executions/index.ts';
 
 const utf8Bytes = (s: string) => Buffer.byteLength(s, 'utf8');
 
@@ -11,15 +16,30 @@ const utf8Bytes = (s: string) => Buffer.byteLength(s, 'utf8');
 export function requestSchemas(config: Config) {
   const code = v.pipe(
     v.string('code must be a string'),
+    v.metadata({
+      description: `Python source run as /code/main.py. Not blank, no NUL, at most ${config.max_code_bytes} bytes of UTF-8 (max_code_bytes).`,
+      minLength: 1,
+      maxLength: config.max_code_bytes,
+      'x-max-bytes': config.max_code_bytes,
+      examples: ['print(1)'],
+    }),
     v.check((s) => s.trim().length > 0, 'code must be a non-empty string'),
     v.check((s) => utf8Bytes(s) <= config.max_code_bytes, `code must be at most ${config.max_code_bytes} bytes`),
     v.check((s) => !s.includes('\u0000'), 'code must not contain NUL characters'),
   );
   const inputData = v.pipe(
     v.optional(
-      v.custom<Record<string, unknown> | null>(
-        (x) => x === null || (typeof x === 'object' && !Array.isArray(x)),
-        'input_data must be a JSON object (not an array, string or number)',
+      v.pipe(
+        v.custom<Record<string, unknown> | null>(
+          (x) => x === null || (typeof x === 'object' && !Array.isArray(x)),
+          'input_data must be a JSON object (not an array, string or number)',
+        ),
+        v.metadata({
+          type: ['object', 'null'],
+          description: `Written to /input/data.json; null means {}. At most ${config.max_input_bytes} bytes as JSON (max_input_bytes).`,
+          'x-max-bytes': config.max_input_bytes,
+          examples: [{ n: 42 }],
+        }),
       ),
       {},
     ),
@@ -35,6 +55,7 @@ export function requestSchemas(config: Config) {
       v.integer('timeout must be an integer number of seconds'),
       v.minValue(1, `timeout must be between 1 and ${config.max_timeout} seconds`),
       v.maxValue(config.max_timeout, `timeout must be between 1 and ${config.max_timeout} seconds (max_timeout)`),
+      v.description('Execution time limit in seconds (excludes startup). Default: the job type\'s timeout, capped at max_timeout.'),
     ),
   );
   const startupTimeout = v.optional(
@@ -43,32 +64,109 @@ export function requestSchemas(config: Config) {
       v.integer('startup_timeout must be an integer number of seconds'),
       v.minValue(10, 'startup_timeout must be between 10 and 600 seconds'),
       v.maxValue(600, 'startup_timeout must be between 10 and 600 seconds'),
+      v.description('Time limit in seconds for sandbox creation and dependency installation.'),
     ),
+    60,
   );
-  const jobType = v.optional(v.pipe(v.string('job_type must be a string'), v.minLength(1, 'job_type must not be empty'), v.maxLength(63)), 'default');
+  const jobType = v.optional(
+    v.pipe(v.string('job_type must be a string'), v.minLength(1, 'job_type must not be empty'), v.maxLength(63), v.description('Job type (environment) name; see GET /job-types.')),
+    'default',
+  );
   const requirements = v.pipe(
-    v.optional(v.nullable(v.array(v.pipe(v.string('requirements must be strings'), v.minLength(1), v.maxLength(200)), 'requirements must be an array of strings')), []),
+    v.optional(
+      v.nullable(
+        v.array(v.pipe(v.string('requirements must be strings'), v.minLength(1), v.maxLength(200)), 'requirements must be an array of strings'),
+      ),
+      [],
+    ),
+    v.metadata({
+      maxItems: 50,
+      description:
+        'Package specifiers installed in the startup phase: a name, optional [extras] and version clauses (e.g. "numpy>=1.26,<2"). URLs, paths and options are refused; at most 50.',
+    }),
     v.transform((x) => x ?? []),
     v.check((x) => x.length <= 50, 'requirements must list at most 50 packages'),
   );
   const shared = { code, input_data: inputData, timeout, startup_timeout: startupTimeout, job_type: jobType, requirements };
   const sync = v.pipe(
     v.looseObject(shared, 'request body must be a JSON object'),
+    v.metadata({ ref: 'ExecuteRequest', 'x-max-bytes': config.max_body_bytes, description: `SPEC §2.1 without idempotency_key. The whole body is at most ${config.max_body_bytes} bytes (max_body_bytes).` }),
     v.check((x) => !('idempotency_key' in x), 'idempotency_key is only accepted by POST /execute/async'),
     v.transform(({ code, input_data, timeout, startup_timeout, job_type, requirements }) => ({ code, input_data, timeout, startup_timeout, job_type, requirements })),
   );
-  const asyncBody = v.object(
-    {
-      ...shared,
-      idempotency_key: v.optional(
-        v.pipe(v.string('idempotency_key must be a string'), v.minLength(1, 'idempotency_key must not be empty'), v.maxLength(255, 'idempotency_key must be at most 255 characters')),
-      ),
-    },
-    'request body must be a JSON object',
+  const asyncBody = v.pipe(
+    v.object(
+      {
+        ...shared,
+        idempotency_key: v.optional(
+          v.pipe(
+            v.string('idempotency_key must be a string'),
+            v.minLength(1, 'idempotency_key must not be empty'),
+            v.maxLength(255, 'idempotency_key must be at most 255 characters'),
+            v.description('Same key and same payload returns the existing job; same key and another payload is 409.'),
+          ),
+        ),
+      },
+      'request body must be a JSON object',
+    ),
+    v.metadata({ ref: 'ExecuteAsyncRequest', 'x-max-bytes': config.max_body_bytes, description: `SPEC §2.1. The whole body is at most ${config.max_body_bytes} bytes (max_body_bytes).` }),
   );
-  const fork = v.object({ code }, 'request body must be a JSON object with a code field');
+  const fork = v.pipe(v.object({ code }, 'request body must be a JSON object with a code field'), v.metadata({ ref: 'ForkRequest', 'x-max-bytes': config.max_body_bytes, description: `The whole body is at most ${config.max_body_bytes} bytes (max_body_bytes).` }));
   return { sync, async: asyncBody, fork };
 }
 
-/** Statuses a history filter accepts (record statuses, plus the queue's `pending` alias of `queued`). */
-export const RECORD_STATUSES = ['queued', 'pending', 'running', 'succeeded', 'failed', 'timeout', 'oom', 'cancelled'] as const;
+/** Query integer: a decimal string within [min, max]; documented as an integer. */
+export function intParam(name: string, min: number, max: number, dflt: number, description?: string) {
+  const msg = `${name} must be an integer between ${min} and ${max}`;
+  return v.pipe(
+    v.optional(v.pipe(v.string(`${name} must be given once, as an integer between ${min} and ${max}`), v.regex(/^-?\d+$/, msg), v.transform(Number), v.number(), v.minValue(min, msg), v.maxValue(max, msg)), String(dflt)),
+    // The wire form is a digit string; the document states the integer it means (and drops the
+    // digit pattern, which only applies to strings).
+    v.metadata({ type: 'integer', pattern: undefined, minimum: min, maximum: max, default: dflt, ...(description ? { description } : {}) }),
+  );
+}
+
+/** Query boolean: true/false/1/0. */
+export function boolParam(name: string, description?: string) {
+  return v.optional(
+    v.pipe(
+      v.picklist(['true', 'false', '1', '0'], `${name} must be true or false`),
+      v.description<'true' | 'false' | '1' | '0', string>(description ?? `${name}: true or false`),
+      v.transform((s) => s === 'true' || s === '1'),
+    ),
+    'false',
+  );
+}
+
+/** `view`: omitted (or `summary`) for the SPEC §2.3 fields, `full` for the extended ones. */
+export const viewParam = v.optional(
+  v.pipe(v.picklist(['full', 'summary'], "view must be 'full' (or omitted)"), v.description('`full` adds the extended fields of SPEC §2.3.')),
+);
+
+/** `?view=` */
+export const ViewQuery = v.object({ view: viewParam });
+
+/** `GET /jobs/{id}/result` query. */
+export const ResultQuery = v.object({
+  wait: boolParam('wait', 'Wait for the job to finish (long-poll).'),
+  timeout: intParam('timeout', 1, 300, 30, 'Seconds to wait when wait=true; running out is 408.'),
+  view: viewParam,
+});
+
+/** `GET /executions` query. */
+export const ExecutionsQuery = v.object({
+  status: v.optional(
+    v.pipe(v.picklist(STATUS_FILTERS, `status must be one of ${STATUS_FILTERS.join(', ')}`), v.description('Record status; `pending` is the queue\'s name for `queued`.')),
+  ),
+  job_type: v.optional(v.pipe(v.string('job_type must be given once'), v.maxLength(63, 'job_type must be at most 63 characters'), v.description('Job type name.'))),
+  limit: intParam('limit', 1, 1000, 100, 'Page size.'),
+  offset: intParam('offset', 0, Number.MAX_SAFE_INTEGER, 0, 'Records skipped.'),
+  view: viewParam,
+});
+
+/** `GET /dlq` query. */
+export const DlqQuery = v.object({
+  error_type: v.optional(v.pipe(v.string('error_type must be given once'), v.maxLength(64, 'error_type must be at most 64 characters'), v.description('Only entries of this error type (SPEC §7.2).'))),
+  limit: intParam('limit', 1, 1000, 100, 'Page size.'),
+  offset: intParam('offset', 0, Number.MAX_SAFE_INTEGER, 0, 'Entries skipped.'),
+});

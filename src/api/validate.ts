@@ -1,4 +1,4 @@
-/** Edge validation helpers: JSON bodies and query strings through valibot, failing as 4xx. */
+/** Reading and validating JSON bodies at the edge, failing as 4xx (413, 415, 400). */
 import type { Context } from 'hono';
 import * as v from 'valibot';
 import { AppError } from '../errors.ts';
@@ -52,42 +52,8 @@ export async function jsonBody<S extends v.GenericSchema>(c: Context, schema: S,
 /** Body cap when a route gives none (the config's `max_body_bytes` is passed by the routes). */
 const DEFAULT_BODY_LIMIT = 2 * 1024 * 1024;
 
-/** Validates query parameters. */
-export function query<S extends v.GenericSchema>(c: Context, schema: S): v.InferOutput<S> {
-  return parseOr400(schema, c.req.query(), 'query');
-}
-
 function parseOr400<S extends v.GenericSchema>(schema: S, raw: unknown, what: string): v.InferOutput<S> {
   const r = v.safeParse(schema, raw);
   if (!r.success) throw new AppError('validation_error', formatValiIssues(r.issues) || `invalid ${what}`);
   return r.output;
 }
-
-/** Query integer: a decimal string within [min, max]. */
-export function intParam(name: string, min: number, max: number, dflt: number) {
-  return v.optional(
-    v.pipe(
-      v.string(),
-      v.regex(/^-?\d+$/, `${name} must be an integer between ${min} and ${max}`),
-      v.transform(Number),
-      v.number(),
-      v.minValue(min, `${name} must be an integer between ${min} and ${max}`),
-      v.maxValue(max, `${name} must be an integer between ${min} and ${max}`),
-    ),
-    String(dflt),
-  );
-}
-
-/** Query boolean: true/false/1/0. */
-export function boolParam(name: string) {
-  return v.optional(
-    v.pipe(
-      v.picklist(['true', 'false', '1', '0'], `${name} must be true or false`),
-      v.transform((s) => s === 'true' || s === '1'),
-    ),
-    'false',
-  );
-}
-
-/** `view`: null or `full`. */
-export const viewParam = v.optional(v.picklist(['full', 'summary'], "view must be 'full' (or omitted)"));

@@ -1,52 +1,56 @@
 /** Dead letter queue (SPEC §4.13). */
 import { Hono } from 'hono';
-import * as v from 'valibot';
+import { describeRoute } from 'hono-openapi';
 import { AppError } from '../../errors.ts';
-import type { DlqRow } from '../../store/database.ts';
-import { deleteDlq, dlqStats, listDlq } from '../../store/dlq.repository.ts';
 import type { AppDeps, AppEnv } from '../deps.ts';
-import { intParam, query } from '../validate.ts';
+import { errorResponses, jsonResponse, pathParam, queryValidator } from '../openapi.ts';
+import { DlqDeletedSchema, DlqPageSchema, DlqStatsSchema } from '../responses.ts';
+import { DlqQuery } from '../schemas.ts';
 
-const ListQuery = v.object({
-  error_type: v.optional(v.pipe(v.string(), v.maxLength(64))),
-  limit: intParam('limit', 1, 1000, 100),
-  offset: intParam('offset', 0, Number.MAX_SAFE_INTEGER, 0),
-});
-
+/** Sub-app for `/dlq`, `/dlq/stats`, `DELETE /dlq/{id}`. */
 export function dlqRoutes(deps: AppDeps) {
   const app = new Hono<AppEnv>();
-  const db = deps.db.kysely;
+  const { history } = deps;
 
-  app.get('/dlq/stats', async (c) => c.json(await dlqStats(db)));
+  app.get(
+    '/dlq/stats',
+    describeRoute({ operationId: 'getDlqStats', tags: ['dlq'], summary: 'Dead letter queue statistics', responses: { 200: jsonResponse('Counts', DlqStatsSchema) } }),
+    async (c) => c.json(await history.dlqStats()),
+  );
 
-  app.get('/dlq', async (c) => {
-    const q = query(c, ListQuery);
-    const { rows, hasMore } = await listDlq(db, { errorType: q.error_type, limit: q.limit, offset: q.offset });
-    const items = rows.map(dlqView);
-    return c.json({ items, limit: q.limit, offset: q.offset, has_more: hasMore, count: items.length });
-  });
+  app.get(
+    '/dlq',
+    describeRoute({
+      operationId: 'listDlq',
+      tags: ['dlq'],
+      summary: 'Dead letter queue entries, newest first',
+      description: 'Runs that ended in internal_error, service_unavailable, docker_error or config_error.',
+      responses: { 200: jsonResponse('A page of entries', DlqPageSchema), ...errorResponses(400) },
+    }),
+    queryValidator(DlqQuery),
+    async (c) => {
+      const q = c.req.valid('query');
+      return c.json(await history.dlqPage({ errorType: q.error_type, limit: q.limit, offset: q.offset }));
+    },
+  );
 
-  app.delete('/dlq/:id', async (c) => {
-    const raw = c.req.param('id');
-    if (!/^\d{1,15}$/.test(raw)) throw new AppError('bad_request', `DLQ entry id must be a positive integer, got ${JSON.stringify(raw)}`);
-    const id = Number(raw);
-    if (!(await deleteDlq(db, id))) throw new AppError('not_found', `DLQ entry ${id} not found`);
-    return c.json({ id, deleted: true });
-  });
+  app.delete(
+    '/dlq/:id',
+    describeRoute({
+      operationId: 'deleteDlqEntry',
+      tags: ['dlq'],
+      summary: 'Remove a processed entry',
+      parameters: [pathParam('id', 'Entry id', '^\\d{1,15}$')],
+      responses: { 200: jsonResponse('Deleted', DlqDeletedSchema), ...errorResponses(400, 404) },
+    }),
+    async (c) => {
+      const raw = c.req.param('id');
+      if (!/^\d{1,15}$/.test(raw)) throw new AppError('bad_request', `DLQ entry id must be a positive integer, got ${JSON.stringify(raw)}`);
+      const id = Number(raw);
+      if (!(await history.deleteDlq(id))) throw new AppError('not_found', `DLQ entry ${id} not found`);
+      return c.json({ id, deleted: true as const });
+    },
+  );
 
   return app;
-}
-
-function dlqView(r: DlqRow) {
-  return {
-    id: Number(r.id),
-    job_id: r.job_id,
-    job_data: r.job_data,
-    error_type: r.error_type,
-    error_message: r.error_message,
-    retry_count: r.retry_count,
-    created_at: new Date(r.created_at).toISOString(),
-    client_ip: r.client_ip,
-    correlation_id: r.correlation_id,
-  };
 }

@@ -1,43 +1,50 @@
 /** Execution history (SPEC §4.12): the paginated list and one record by id. */
 import { Hono } from 'hono';
-import * as v from 'valibot';
+import { describeRoute } from 'hono-openapi';
 import { AppError } from '../../errors.ts';
-import { recordView } from '../../executions/views.ts';
-import { listArtifacts, listArtifactsFor } from '../../store/artifacts.repository.ts';
-import { getExecution, listExecutions } from '../../store/executions.repository.ts';
 import type { AppDeps, AppEnv } from '../deps.ts';
-import { RECORD_STATUSES } from '../schemas.ts';
-import { intParam, query, viewParam } from '../validate.ts';
+import { errorResponses, jsonResponse, pathParam, queryValidator } from '../openapi.ts';
+import { AnyRecordSchema, ExecutionsPageSchema } from '../responses.ts';
+import { ExecutionsQuery, ViewQuery } from '../schemas.ts';
 
-const ListQuery = v.object({
-  status: v.optional(v.picklist(RECORD_STATUSES, `status must be one of ${RECORD_STATUSES.join(', ')}`)),
-  job_type: v.optional(v.pipe(v.string(), v.maxLength(63))),
-  limit: intParam('limit', 1, 1000, 100),
-  offset: intParam('offset', 0, Number.MAX_SAFE_INTEGER, 0),
-  view: viewParam,
-});
-
+/** Sub-app for `GET /executions` and `GET /executions/{id}`. */
 export function executionRoutes(deps: AppDeps) {
   const app = new Hono<AppEnv>();
-  const db = deps.db.kysely;
+  const { history } = deps;
 
-  app.get('/executions', async (c) => {
-    const q = query(c, ListQuery);
-    const status = q.status === 'pending' ? 'queued' : q.status;
-    const { rows, hasMore } = await listExecutions(db, { status, jobType: q.job_type, limit: q.limit, offset: q.offset });
-    const full = q.view === 'full';
-    const arts = full ? await listArtifactsFor(db, rows.map((r) => r.id)) : [];
-    const items = rows.map((r) => recordView(r, full, arts.filter((a) => a.execution_id === r.id)));
-    return c.json({ items, limit: q.limit, offset: q.offset, has_more: hasMore, count: items.length });
-  });
+  app.get(
+    '/executions',
+    describeRoute({
+      operationId: 'listExecutions',
+      tags: ['history'],
+      summary: 'Execution history, newest first',
+      responses: { 200: jsonResponse('A page of records (extended with view=full)', ExecutionsPageSchema), ...errorResponses(400) },
+    }),
+    queryValidator(ExecutionsQuery),
+    async (c) => {
+      const q = c.req.valid('query');
+      return c.json(await history.list({ status: q.status, jobType: q.job_type, limit: q.limit, offset: q.offset, full: q.view === 'full' }));
+    },
+  );
 
-  app.get('/executions/:id', async (c) => {
-    const { view } = query(c, v.object({ view: viewParam }));
-    const row = await getExecution(db, c.req.param('id'));
-    if (!row) throw new AppError('not_found', `execution '${c.req.param('id')}' not found`);
-    const full = view === 'full';
-    return c.json(recordView(row, full, full ? await listArtifacts(db, row.id) : []));
-  });
+  app.get(
+    '/executions/:id',
+    describeRoute({
+      operationId: 'getExecution',
+      tags: ['history'],
+      summary: 'One execution record',
+      description: 'The same record as a finished job\'s result, whatever its status.',
+      parameters: [pathParam('id', 'Execution id')],
+      responses: { 200: jsonResponse('The record (extended with view=full)', AnyRecordSchema), ...errorResponses(400, 404) },
+    }),
+    queryValidator(ViewQuery),
+    async (c) => {
+      const { view } = c.req.valid('query');
+      const row = await history.find(c.req.param('id'));
+      if (!row) throw new AppError('not_found', `execution '${c.req.param('id')}' not found`);
+      return c.json(await history.recordOf(row, view === 'full'));
+    },
+  );
 
   return app;
 }

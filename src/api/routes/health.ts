@@ -6,55 +6,80 @@
  * always with the full health object.
  */
 import { Hono } from 'hono';
-import { sql } from 'kysely';
-import { queueCounts } from '../../store/executions.repository.ts';
+import { describeRoute } from 'hono-openapi';
 import type { AppDeps, AppEnv } from '../deps.ts';
+import { jsonResponse } from '../openapi.ts';
+import { HealthSchema, LiveSchema, ReadySchema } from '../responses.ts';
 
+/** Sub-app for `/health`, `/livez`, `/readyz`. */
 export function healthRoutes(deps: AppDeps) {
   const app = new Hono<AppEnv>();
 
-  app.get('/health', async (c) => {
-    const [rt, counts] = await Promise.all([deps.runtime.health().catch(() => null), queueCounts(deps.db.kysely).catch(() => null)]);
-    const breaker = deps.breaker.snapshot();
-    const degraded = !rt?.available || breaker.state === 'open' || counts === null;
-    const body = {
-      status: degraded ? 'degraded' : 'healthy',
-      docker_available: rt?.available ?? false,
-      gvisor_available: rt?.gvisorAvailable ?? false,
-      circuit_breaker: breaker,
-      version: deps.version,
-      production_mode: deps.config.production_mode,
-      queue_stats: {
-        pending: counts?.queued ?? 0,
-        running: counts?.running ?? 0,
-        max_workers: deps.config.max_workers,
-        max_queue_size: deps.config.max_queue_size,
-      },
-      runtime: deps.config.runtime,
-      sandbox: {
-        engine: rt?.engine ?? 'unknown',
-        isolated: rt?.isolated ?? false,
-        limits: rt?.limits ?? 'unknown',
-        security_mode: deps.config.security_mode,
-        ...(rt && !rt.isolated ? { warning: 'UNSAFE: the process engine runs code without any isolation; use it only for development' } : {}),
-        ...(rt?.detail ? { detail: rt.detail } : {}),
-      },
-      database: { kind: deps.db.kind, available: counts !== null },
-    };
-    return c.json(body, degraded ? 503 : 200);
-  });
+  app.get(
+    '/health',
+    describeRoute({
+      operationId: 'getHealth',
+      tags: ['operations'],
+      summary: 'Health',
+      description: 'Degraded when the sandbox engine is unavailable, the circuit breaker is open or the database does not answer.',
+      responses: { 200: jsonResponse('Healthy', HealthSchema), 503: jsonResponse('Degraded', HealthSchema) },
+    }),
+    async (c) => {
+      const [rt, counts] = await Promise.all([deps.runtime.health().catch(() => null), deps.history.queueCounts().catch(() => null)]);
+      const breaker = deps.breaker.snapshot();
+      const degraded = !rt?.available || breaker.state === 'open' || counts === null;
+      const body = {
+        status: degraded ? 'degraded' : 'healthy',
+        docker_available: rt?.available ?? false,
+        gvisor_available: rt?.gvisorAvailable ?? false,
+        circuit_breaker: breaker,
+        version: deps.version,
+        production_mode: deps.config.production_mode,
+        queue_stats: {
+          pending: counts?.queued ?? 0,
+          running: counts?.running ?? 0,
+          max_workers: deps.config.max_workers,
+          max_queue_size: deps.config.max_queue_size,
+        },
+        runtime: deps.config.runtime,
+        sandbox: {
+          engine: rt?.engine ?? 'unknown',
+          isolated: rt?.isolated ?? false,
+          limits: rt?.limits ?? 'unknown',
+          security_mode: deps.config.security_mode,
+          ...(rt && !rt.isolated ? { warning: 'UNSAFE: the process engine runs code without any isolation; use it only for development' } : {}),
+          ...(rt?.detail ? { detail: rt.detail } : {}),
+        },
+        database: { kind: deps.history.kind, available: counts !== null },
+      };
+      return c.json(body, degraded ? 503 : 200);
+    },
+  );
 
-  app.get('/livez', (c) => c.json({ status: 'ok' }));
+  app.get(
+    '/livez',
+    describeRoute({ operationId: 'getLiveness', tags: ['operations'], summary: 'Liveness probe', responses: { 200: jsonResponse('The process answers', LiveSchema) } }),
+    (c) => c.json({ status: 'ok' as const }),
+  );
 
-  app.get('/readyz', async (c) => {
-    if (deps.isShuttingDown?.()) return c.json({ status: 'shutting_down' }, 503);
-    try {
-      await sql`SELECT 1`.execute(deps.db.kysely);
-      return c.json({ status: 'ready' });
-    } catch {
-      return c.json({ status: 'database_unavailable' }, 503);
-    }
-  });
+  app.get(
+    '/readyz',
+    describeRoute({
+      operationId: 'getReadiness',
+      tags: ['operations'],
+      summary: 'Readiness probe',
+      responses: { 200: jsonResponse('Ready: the database answers', ReadySchema), 503: jsonResponse('Shutting down, or the database does not answer', ReadySchema) },
+    }),
+    async (c) => {
+      if (deps.isShuttingDown?.()) return c.json({ status: 'shutting_down' }, 503);
+      try {
+        await deps.history.ping();
+        return c.json({ status: 'ready' });
+      } catch {
+        return c.json({ status: 'database_unavailable' }, 503);
+      }
+    },
+  );
 
   return app;
 }

@@ -312,7 +312,8 @@ describe('operations', () => {
     expect(m).toContain('sandpod_circuit_breaker_state 0');
     const o = await json(svc.get('/openapi.json'));
     expect(o.openapi).toBe('3.1.0');
-    expect(o.paths['/execute/async'].post.requestBody.content['application/json'].schema.properties).toHaveProperty('idempotency_key');
+    const ref = o.paths['/execute/async'].post.requestBody.content['application/json'].schema.$ref as string;
+    expect(o.components.schemas[ref.split('/').pop()!].properties).toHaveProperty('idempotency_key');
     const docs = await svc.get('/docs');
     expect(docs.headers.get('content-type')).toContain('text/html');
   });

@@ -1,0 +1,365 @@
+/**
+ * Response schemas: the wire shape of every JSON answer (SPEC §2, §4 and our decisions where SPEC is
+ * silent). Routes declare them next to their handlers; the OpenAPI document is generated from them, and
+ * the contract test validates real answers against that document. Fixed shapes are strict objects
+ * (`additionalProperties: false`), so a field added to a view but not here fails the contract test.
+ * `ref` metadata names the component the shape becomes in the document.
+ */
+import * as v from 'valibot';
+import { ERROR_STATUS } from '../errors.ts';
+import { queueStatus, RECORD_STATUSES, TERMINAL_STATUSES } from '../executions/index.ts';
+
+/** Names the component a schema becomes in the document (read by hono-openapi's valibot converter). */
+function ref<T>(name: string, description?: string): v.MetadataAction<T, Record<string, unknown>> {
+  return v.metadata<T, Record<string, unknown>>({ ref: name, ...(description ? { description } : {}) });
+}
+const timestamp = v.pipe(v.string(), v.isoTimestamp(), v.description('ISO 8601 UTC timestamp'));
+const nullableTimestamp = v.nullable(timestamp);
+const int = v.pipe(v.number(), v.integer());
+const nonNegInt = v.pipe(v.number(), v.integer(), v.minValue(0));
+const sha256Hex = v.pipe(v.string(), v.regex(/^[0-9a-f]{64}$/));
+const ID_EXAMPLE = '3f1c0f8e-8a5e-4b4a-9c55-0d3e1a6b2c7d';
+const TIME_EXAMPLE = '2026-01-02T03:04:05.678Z';
+
+/** Queue-facing statuses (SPEC §3): `pending` where the record says `queued`. */
+export const QUEUE_STATUSES = [...new Set(RECORD_STATUSES.map(queueStatus))] as const;
+
+const recordStatus = v.picklist(RECORD_STATUSES);
+const queueStatusSchema = v.picklist(QUEUE_STATUSES);
+
+/** SPEC §2.6 error object of a run. */
+export const RunErrorSchema = v.pipe(
+  v.strictObject({
+    type: v.pipe(v.string(), v.description('Error type of SPEC §7.2')),
+    message: v.string(),
+    phase: v.optional(v.picklist(['startup', 'execution'])),
+  }),
+  ref('RunError', 'SPEC §2.6: why a run failed.'),
+);
+
+/** SPEC §2.4 timing object. */
+export const TimingSchema = v.pipe(
+  v.strictObject({
+    startup_ms: nonNegInt,
+    dep_install_ms: nonNegInt,
+    execution_ms: nonNegInt,
+    total_ms: nonNegInt,
+    phase_at_exit: v.picklist(['startup', 'execution', 'completed', 'failed']),
+  }),
+  ref('Timing', 'SPEC §2.4'),
+);
+
+/** SPEC §2.5 artifact metadata (`skipped` when the file was not kept). */
+export const ArtifactSchema = v.pipe(
+  v.strictObject({
+    name: v.string(),
+    size_bytes: nonNegInt,
+    sha256: v.pipe(v.string(), v.regex(/^(?:[0-9a-f]{64})?$/), v.description('Hex SHA-256 of the content; empty when the file was skipped')),
+    content_type: v.string(),
+    skipped: v.optional(v.pipe(v.string(), v.description('Why the file was not kept: too_large, reserved_name, not_regular'))),
+  }),
+  ref('Artifact', 'SPEC §2.5'),
+);
+
+const recordBase = {
+  execution_id: v.string(),
+  job_id: v.pipe(v.string(), v.description('Same as execution_id')),
+  status: recordStatus,
+  job_type: v.string(),
+  job_version: v.string(),
+  created_at: timestamp,
+  started_at: nullableTimestamp,
+  ended_at: nullableTimestamp,
+  duration_ms: v.nullable(nonNegInt),
+  exit_code: v.nullable(int),
+  stdout: v.string(),
+  stderr: v.string(),
+  output: v.pipe(v.unknown(), v.description('Parsed /output/result.json, or null')),
+  error: v.nullable(RunErrorSchema),
+  timing: v.nullable(TimingSchema),
+};
+
+const recordExample = {
+  execution_id: ID_EXAMPLE,
+  job_id: ID_EXAMPLE,
+  status: 'succeeded' as const,
+  job_type: 'default',
+  job_version: 'latest',
+  created_at: TIME_EXAMPLE,
+  started_at: TIME_EXAMPLE,
+  ended_at: TIME_EXAMPLE,
+  duration_ms: 41,
+  exit_code: 0,
+  stdout: '1\n',
+  stderr: '',
+  output: null,
+  error: null,
+  timing: { startup_ms: 3, dep_install_ms: 0, execution_ms: 35, total_ms: 41, phase_at_exit: 'completed' as const },
+};
+
+/** SPEC §2.3 execution record (without `view=full`). */
+export const RecordSchema = v.pipe(v.strictObject(recordBase), ref('ExecutionRecord', 'SPEC §2.3 execution record.'), v.examples([recordExample]));
+
+/** SPEC §2.3 execution record with the extended fields (`view=full`). */
+export const FullRecordSchema = v.pipe(
+  v.strictObject({
+    ...recordBase,
+    job_ref: v.pipe(v.string(), v.regex(/^.+@sha256:[0-9a-f]{64}$/), v.description('<job_type>@sha256:<digest>')),
+    artifacts: v.array(ArtifactSchema),
+    input_artifacts: v.pipe(v.array(ArtifactSchema), v.description('_code.py and _input.json')),
+    resource_usage: v.nullable(
+      v.pipe(v.strictObject({ max_rss_mb: v.pipe(v.number(), v.minValue(0)), cpu_time_ms: nonNegInt, wall_time_ms: nonNegInt }), ref('ResourceUsage')),
+    ),
+    code_hash: sha256Hex,
+    input_hash: sha256Hex,
+    parent_execution_id: v.nullable(v.string()),
+    relationship: v.nullable(v.picklist(['rerun', 'fork'])),
+    stdout_truncated: v.boolean(),
+    stderr_truncated: v.boolean(),
+    idempotency_key: v.nullable(v.string()),
+    timeout: v.pipe(int, v.description('Execution time limit in seconds')),
+    startup_timeout: v.pipe(int, v.description('Startup time limit in seconds')),
+    requirements: v.array(v.string()),
+    correlation_id: v.nullable(v.string()),
+  }),
+  ref('ExecutionRecordFull', 'SPEC §2.3 execution record with the extended fields (view=full).'),
+);
+
+/** A record in either view (`view` decides which). */
+export const AnyRecordSchema = v.union([RecordSchema, FullRecordSchema]);
+
+/** SPEC §2.2 sync response, plus `execution_id`. */
+export const SyncResultSchema = v.pipe(
+  v.strictObject({
+    success: v.boolean(),
+    output: v.pipe(v.unknown(), v.description('Parsed /output/result.json, or null')),
+    stdout: v.string(),
+    stderr: v.string(),
+    exit_code: v.nullable(int),
+    execution_time: v.pipe(v.number(), v.minValue(0), v.description('Wall clock seconds')),
+    error: v.nullable(RunErrorSchema),
+    job_type: v.string(),
+    execution_id: v.string(),
+  }),
+  ref('SyncResult', 'SPEC §2.2 result of POST /execute; a failure of the code is success=false with status 200.'),
+  v.examples([{ success: true, output: null, stdout: '1\n', stderr: '', exit_code: 0, execution_time: 0.04, error: null, job_type: 'default', execution_id: ID_EXAMPLE }]),
+);
+
+/** 503 of `POST /execute` with the breaker open: the §2.2 body plus the error fields. */
+export const SyncUnavailableSchema = v.pipe(
+  v.strictObject({
+    ...SyncResultSchema.entries,
+    detail: v.string(),
+    code: v.literal('service_unavailable'),
+    correlation_id: v.string(),
+  }),
+  ref('SyncUnavailable', 'The circuit breaker is open: the run ended at once with error type service_unavailable.'),
+);
+
+/** `POST /execute/async` answer. */
+export const SubmissionSchema = v.pipe(
+  v.strictObject({
+    job_id: v.string(),
+    status: v.pipe(queueStatusSchema, v.description('pending for a new job; the current status on an idempotent replay')),
+    job_type: v.string(),
+    created_at: timestamp,
+    idempotency_key: v.nullable(v.string()),
+    created: v.pipe(v.boolean(), v.description('false when an idempotency key returned an existing job')),
+  }),
+  ref('Submission', 'An accepted asynchronous job.'),
+  v.examples([{ job_id: ID_EXAMPLE, status: 'pending', job_type: 'default', created_at: TIME_EXAMPLE, idempotency_key: 'order-42', created: true }]),
+);
+
+/** `GET /jobs/{id}` brief status. */
+export const JobStatusSchema = v.pipe(
+  v.strictObject({ job_id: v.string(), status: recordStatus, job_type: v.string(), created_at: timestamp, started_at: nullableTimestamp, ended_at: nullableTimestamp }),
+  ref('JobStatus', 'SPEC §4.3 job status.'),
+  v.examples([{ job_id: ID_EXAMPLE, status: 'running', job_type: 'default', created_at: TIME_EXAMPLE, started_at: TIME_EXAMPLE, ended_at: null }]),
+);
+
+/** 202 of `GET /jobs/{id}/result` while the job is not finished. */
+export const NotReadySchema = v.pipe(
+  v.strictObject({
+    job_id: v.string(),
+    status: v.picklist(['pending', 'running']),
+    message: v.string(),
+    queue_position: v.pipe(nonNegInt, v.description('1-based among queued jobs; 0 when running')),
+  }),
+  ref('NotReady', 'The job has not finished yet.'),
+  v.examples([{ job_id: ID_EXAMPLE, status: 'pending', message: 'job is waiting for a worker (position 3 in the queue)', queue_position: 3 }]),
+);
+
+/** `POST /jobs/{id}/cancel` answer. */
+export const CancelSchema = v.pipe(
+  v.strictObject({
+    job_id: v.string(),
+    status: v.pipe(v.picklist([...TERMINAL_STATUSES, 'cancelling']), v.description('cancelled; cancelling (202) when the run has not stopped yet; the real status when it finished first')),
+    previous_status: queueStatusSchema,
+    message: v.string(),
+  }),
+  ref('CancelResult'),
+  v.examples([{ job_id: ID_EXAMPLE, status: 'cancelled', previous_status: 'running', message: 'job cancelled' }]),
+);
+
+/** `POST /jobs/{id}/rerun` and `/fork` answer. */
+export const LineageSchema = v.pipe(
+  v.strictObject({
+    job_id: v.string(),
+    status: queueStatusSchema,
+    parent_execution_id: v.nullable(v.string()),
+    relationship: v.nullable(v.picklist(['rerun', 'fork'])),
+  }),
+  ref('DerivedJob', 'A new job made from a finished one.'),
+  v.examples([{ job_id: ID_EXAMPLE, status: 'pending', parent_execution_id: 'b0e4c5d2-1f0a-4c1e-9d7b-2a9f8e7d6c5b', relationship: 'rerun' }]),
+);
+
+/** SPEC §2.7 job type. */
+export const JobTypeSchema = v.pipe(
+  v.strictObject({
+    name: v.string(),
+    requirements: v.array(v.string()),
+    python_version: v.string(),
+    memory_limit: v.string(),
+    cpu_limit: v.number(),
+    timeout: int,
+    image_exists: v.boolean(),
+    network: v.strictObject({ mode: v.picklist(['none', 'bridge']), allowed_hosts: v.array(v.string()) }),
+    version: v.string(),
+    job_ref: v.string(),
+  }),
+  ref('JobType', 'SPEC §2.7 job type (environment).'),
+);
+
+/** `GET /job-types` */
+export const JobTypeListSchema = v.array(JobTypeSchema);
+
+const breakerSnapshot = v.pipe(
+  v.strictObject({
+    state: v.picklist(['closed', 'open', 'half_open']),
+    failure_count: nonNegInt,
+    success_count: nonNegInt,
+    last_failure: nullableTimestamp,
+  }),
+  ref('CircuitBreaker'),
+);
+
+/** SPEC §2.10 health object plus the runtime, sandbox and database. */
+export const HealthSchema = v.pipe(
+  v.strictObject({
+    status: v.picklist(['healthy', 'degraded']),
+    docker_available: v.pipe(v.boolean(), v.description('The sandbox engine in use can start a sandbox now')),
+    gvisor_available: v.boolean(),
+    circuit_breaker: breakerSnapshot,
+    version: v.string(),
+    production_mode: v.boolean(),
+    queue_stats: v.strictObject({ pending: nonNegInt, running: nonNegInt, max_workers: nonNegInt, max_queue_size: nonNegInt }),
+    runtime: v.picklist(['local', 'kubernetes']),
+    sandbox: v.strictObject({
+      engine: v.string(),
+      isolated: v.boolean(),
+      limits: v.string(),
+      security_mode: v.picklist(['permissive', 'strict']),
+      warning: v.optional(v.string()),
+      detail: v.optional(v.pipe(v.record(v.string(), v.unknown()), v.description('Engine-specific facts (cgroup version, seccomp, gVisor platform…); an open object'))),
+    }),
+    database: v.strictObject({ kind: v.picklist(['postgres', 'pglite']), available: v.boolean() }),
+  }),
+  ref('Health', 'SPEC §2.10; status 200 when healthy, 503 when degraded.'),
+);
+
+/** `GET /livez` */
+export const LiveSchema = v.pipe(v.strictObject({ status: v.literal('ok') }), ref('Liveness'));
+
+/** `GET /readyz` */
+export const ReadySchema = v.pipe(v.strictObject({ status: v.picklist(['ready', 'shutting_down', 'database_unavailable']) }), ref('Readiness'));
+
+const typeCounts = v.strictObject({ queued: nonNegInt, running: nonNegInt });
+
+/** `GET /pool/stats` */
+export const PoolStatsSchema = v.pipe(
+  v.strictObject({
+    worker_id: v.pipe(v.string(), v.description('This process')),
+    slots: v.strictObject({ size: nonNegInt, busy: nonNegInt, free: nonNegInt, waiting_sync: nonNegInt }),
+    queue: v.strictObject({ queued: nonNegInt, running: nonNegInt, max_queue_size: nonNegInt, oldest_queued_age_ms: v.nullable(nonNegInt) }),
+    by_job_type: v.record(v.string(), typeCounts),
+    breaker: v.picklist(['closed', 'open', 'half_open']),
+  }),
+  ref('PoolStats', 'Slots are this process\'s; the queue is shared by every process on the database.'),
+);
+
+const page = <T extends v.GenericSchema>(item: T, name: string) =>
+  v.pipe(
+    v.strictObject({ items: v.array(item), limit: nonNegInt, offset: nonNegInt, has_more: v.boolean(), count: nonNegInt }),
+    ref(name, 'SPEC §2.8 page.'),
+  );
+
+/** `GET /executions` (either view). */
+export const ExecutionsPageSchema = page(AnyRecordSchema, 'ExecutionsPage');
+
+/** SPEC §2.9 dead letter queue entry. */
+export const DlqEntrySchema = v.pipe(
+  v.strictObject({
+    id: int,
+    job_id: v.string(),
+    job_data: v.pipe(
+      v.looseObject({ code: v.string(), input_data: v.unknown(), job_type: v.string() }),
+      v.description('What is needed to run the job again (code, input_data, job_type, and its settings)'),
+    ),
+    error_type: v.string(),
+    error_message: v.string(),
+    retry_count: nonNegInt,
+    created_at: timestamp,
+    client_ip: v.nullable(v.string()),
+    correlation_id: v.nullable(v.string()),
+  }),
+  ref('DlqEntry', 'SPEC §2.9'),
+);
+
+/** `GET /dlq` */
+export const DlqPageSchema = page(DlqEntrySchema, 'DlqPage');
+
+/** `GET /dlq/stats` */
+export const DlqStatsSchema = v.pipe(
+  v.strictObject({ total: nonNegInt, by_error_type: v.record(v.string(), nonNegInt) }),
+  ref('DlqStats', 'SPEC §2.9 statistics.'),
+  v.examples([{ total: 2, by_error_type: { internal_error: 1, service_unavailable: 1 } }]),
+);
+
+/** `DELETE /dlq/{id}` */
+export const DlqDeletedSchema = v.pipe(v.strictObject({ id: int, deleted: v.literal(true) }), ref('DlqDeleted'));
+
+const ERROR_CODES = Object.keys(ERROR_STATUS) as (keyof typeof ERROR_STATUS)[];
+
+const errorBase = {
+  detail: v.pipe(v.string(), v.description('What went wrong, for a person')),
+  code: v.pipe(v.picklist(ERROR_CODES), v.description('Stable machine-readable code')),
+  correlation_id: v.pipe(v.string(), v.description('Also in the X-Correlation-ID header and the logs')),
+};
+
+/** The one error body: `{detail, code, correlation_id}` plus the extra facts some errors carry. */
+export const ErrorSchema = v.pipe(
+  v.strictObject({
+    ...errorBase,
+    status: v.optional(v.pipe(v.string(), v.description('409 conflict: the job\'s status'))),
+    job_id: v.optional(v.string()),
+    execution_id: v.optional(v.string()),
+    existing_job_id: v.optional(v.string()),
+    queued: v.optional(nonNegInt),
+    running: v.optional(nonNegInt),
+    max_queue_size: v.optional(nonNegInt),
+  }),
+  ref('Error', 'Every error answer.'),
+  v.examples([{ detail: 'code: code must be a non-empty string', code: 'validation_error', correlation_id: '0b7e3c9a-61f2-4f3e-a0a4-5a3f7b1c2d3e' }]),
+);
+
+/** 409 of an idempotency key reused with another payload (SPEC §7.1). */
+export const IdempotencyConflictSchema = v.pipe(
+  v.strictObject({ ...errorBase, code: v.literal('idempotency_conflict'), existing_job_id: v.string() }),
+  ref('IdempotencyConflict'),
+);
+
+/** 408 of a result wait that ran out. */
+export const WaitTimeoutSchema = v.pipe(
+  v.strictObject({ ...errorBase, code: v.literal('wait_timeout'), job_id: v.string(), status: v.picklist(['pending', 'running']) }),
+  ref('WaitTimeout'),
+);
