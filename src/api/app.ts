@@ -20,8 +20,8 @@ import { poolRoutes } from './routes/pool.ts';
 /** Builds the app over its dependencies. */
 export function createApp(deps: AppDeps): Hono<AppEnv> {
   const app = new Hono<AppEnv>();
-  app.use('*', requestContext(deps.logger));
   app.use('*', httpMetrics(deps.metrics));
+  app.use('*', requestContext(deps.logger));
   // Bodies are read (and capped at max_body_bytes) by the routes that take one (bodyValidator, api/openapi.ts).
   // /openapi.json is generated from the routes declared here, read when it is first asked for.
   app.route('/', executeRoutes(deps));
