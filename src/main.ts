@@ -8,7 +8,6 @@ import { serve, type ServerType } from '@hono/node-server';
 import { createApp } from './api/app.ts';
 import { ConfigError, loadConfig, type Config } from './config.ts';
 import { systemClock, type Clock } from './clock.ts';
-import { errorMessage } from './errors.ts';
 import { CompletionWaiter, Executions } from './executions/index.ts';
 import { History } from './executions/history.ts';
 import { createJobTypeRegistry } from './jobtypes/index.ts';
@@ -20,9 +19,8 @@ import { Dispatcher } from './queue/dispatcher.ts';
 import { Slots } from './queue/slots.ts';
 import { CircuitBreaker } from './resilience/breaker.ts';
 import { RunGuard } from './resilience/guard.ts';
-import { withRetry } from './resilience/retry.ts';
 import { createRuntime } from './runtime/index.ts';
-import type { Guard, Runtime } from './runtime/runtime.ts';
+import type { Runtime } from './runtime/runtime.ts';
 import { createDb, type Db } from './store/database.ts';
 import { liveIds } from './store/executions.repository.ts';
 import { migrateToLatest } from './store/migrate.ts';
@@ -82,19 +80,9 @@ export async function createService(config: Config, o: ServiceOverrides = {}): P
     policy: { attempts: config.retry.attempts, baseDelayMs: config.retry.base_delay_ms },
     ...(o.sleep ? { sleep: o.sleep } : {}),
   });
-  // TODO(issue #8, kube helper): the Kubernetes side drops its per-call `guard` option on its branch;
-  // once that lands, delete this guard, `withRetry`'s import and the `guard` arguments below. Until then a
-  // failed Kubernetes API call inside a run counts against the breaker here and again as a failed attempt.
-  const guard: Guard = (op, fn) =>
-    withRetry(() => breaker.exec(fn), {
-      attempts: config.retry.attempts,
-      baseDelayMs: config.retry.base_delay_ms,
-      ...(o.sleep ? { sleep: o.sleep } : {}),
-      onRetry: (n, err) => logger.warn({ op, attempt: n, err: errorMessage(err) }, 'engine call failed; retrying'),
-    });
-  const registry: JobTypeRegistry = o.registry ?? (await createJobTypeRegistry(config, { guard, logger }));
+  const registry: JobTypeRegistry = o.registry ?? (await createJobTypeRegistry(config, { logger }));
   const hooks = { liveExecutionIds: (ids: string[]) => liveIds(db.kysely, ids) };
-  const real = () => createRuntime(config, { logger, guard, hooks });
+  const real = () => createRuntime(config, { logger, hooks });
   const runtime = typeof o.runtime === 'function' ? await o.runtime(real) : (o.runtime ?? (await real()));
   const slots = new Slots(config.max_workers);
   const executions = new Executions({

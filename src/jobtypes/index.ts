@@ -6,12 +6,6 @@ import { FileJobTypeRegistry, type JobTypeRegistry } from './job-type.ts';
 /** What {@link createJobTypeRegistry} needs from the service. */
 export interface JobTypeRegistryDeps {
   logger: Logger;
-  /**
-   * Ignored: the registry's informer retries with its own backoff and never touches the breaker.
-   * Kept optional so main.ts compiles until it stops passing one.
-   * @deprecated
-   */
-  guard?: unknown;
 }
 
 /** Creates the configured registry; a cluster registry must be `start()`ed before use. */

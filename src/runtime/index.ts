@@ -8,12 +8,6 @@ export interface RuntimeDeps {
   logger: Logger;
   /** Lets the Kubernetes runtime tell orphaned Jobs from live ones at start. */
   hooks: RuntimeHooks;
-  /**
-   * Ignored: runtimes apply no breaker or retry of their own; the service guards each run attempt.
-   * Kept optional so main.ts compiles until it stops passing one.
-   * @deprecated
-   */
-  guard?: unknown;
 }
 
 /** Creates the configured runtime (`local` or `kubernetes`). */

@@ -144,11 +144,6 @@ export class RunGoneError extends Error {
   override readonly name = 'RunGoneError';
 }
 
-/**
- * Wraps every call a runtime makes to its engine (a Kubernetes API call, a spawn) in the service's
- * circuit breaker and retry policy. `op` names the call for logs and metrics.
- */
-export type Guard = <T>(op: string, fn: () => Promise<T>) => Promise<T>;
 
 /** What a runtime may ask of the service without knowing the store. */
 export interface RuntimeHooks {
