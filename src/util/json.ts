@@ -26,6 +26,14 @@ function sortKeys(value: unknown): unknown {
 }
 
 /**
+ * How deeply a JSON value we store may nest: `input_data` deeper than this is a 400, a result.json
+ * deeper than this a `json_error`. Python's json module (what programs read and write JSON with)
+ * gives up near 1,000 levels, and every layer that copies or serializes a value recurses: 512 is far
+ * beyond real data and safely inside every parser on the way.
+ */
+export const MAX_JSON_DEPTH = 512;
+
+/**
  * How deeply a parsed JSON value nests (a scalar is 0, `[]` and `{}` are 1), counted without
  * recursion so any depth a request body can hold is measured safely. Stops counting past `cap`.
  */
