@@ -110,6 +110,10 @@ export const FullRecordSchema = v.pipe(
     resource_usage: v.nullable(
       v.pipe(v.strictObject({ max_rss_mb: v.pipe(v.number(), v.minValue(0)), cpu_time_ms: nonNegInt, wall_time_ms: nonNegInt }), ref('ResourceUsage')),
     ),
+    input_data: v.pipe(
+      v.record(v.string(), v.unknown()),
+      v.description('The input as submitted (the same value the program read from /input/data.json); input_hash is the SHA-256 of its canonical JSON.'),
+    ),
     code_hash: sha256Hex,
     input_hash: sha256Hex,
     parent_execution_id: v.nullable(v.string()),

@@ -9,8 +9,22 @@
 import * as v from 'valibot';
 import type { Config } from '../config.ts';
 import { STATUS_FILTERS } from '../executions/index.ts';
+import { jsonDepth, MAX_JSON_DEPTH } from '../util/json.ts';
 
 const utf8Bytes = (s: string) => Buffer.byteLength(s, 'utf8');
+
+/** Index of the first lone surrogate in `s`, or -1 (such a string has no UTF-8 form). */
+function loneSurrogateAt(s: string): number {
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c >= 0xd800 && c <= 0xdbff) {
+      const next = s.charCodeAt(i + 1);
+      if (next >= 0xdc00 && next <= 0xdfff) i++;
+      else return i;
+    } else if (c >= 0xdc00 && c <= 0xdfff) return i;
+  }
+  return -1;
+}
 
 /** Body schemas for the configured limits. */
 export function requestSchemas(config: Config) {
@@ -26,6 +40,11 @@ export function requestSchemas(config: Config) {
     v.check((s) => s.trim().length > 0, 'code must be a non-empty string'),
     v.check((s) => utf8Bytes(s) <= config.max_code_bytes, `code must be at most ${config.max_code_bytes} bytes`),
     v.check((s) => !s.includes('\u0000'), 'code must not contain NUL characters'),
+    v.rawCheck(({ dataset, addIssue }) => {
+      if (!dataset.typed) return;
+      const at = loneSurrogateAt(dataset.value);
+      if (at >= 0) addIssue({ message: `code must be valid Unicode text: it has a lone surrogate at character ${at}, which no UTF-8 source file can hold` });
+    }),
   );
   const inputData = v.pipe(
     v.optional(
@@ -36,7 +55,7 @@ export function requestSchemas(config: Config) {
         ),
         v.metadata({
           type: ['object', 'null'],
-          description: `Written to /input/data.json; null means {}. At most ${config.max_input_bytes} bytes as JSON (max_input_bytes).`,
+          description: `Written to /input/data.json; null means {}. At most ${config.max_input_bytes} bytes as JSON (max_input_bytes) and ${MAX_JSON_DEPTH} levels of nesting. Any JSON value survives: NUL and other control characters, lone surrogates (kept as \\u escapes), any key name.`,
           'x-max-bytes': config.max_input_bytes,
           examples: [{ n: 42 }],
         }),
@@ -44,10 +63,16 @@ export function requestSchemas(config: Config) {
       {},
     ),
     v.transform((x): Record<string, unknown> => x ?? {}),
-    v.check(
-      (x) => utf8Bytes(JSON.stringify(x)) <= config.max_input_bytes,
-      `input_data must be at most ${config.max_input_bytes} bytes as JSON`,
-    ),
+    // Depth first, and size only for a value that passed it: serializing a deeper one would overflow
+    // the stack (valibot runs every check of a pipe even after one failed).
+    v.rawCheck(({ dataset, addIssue }) => {
+      if (!dataset.typed) return;
+      if (jsonDepth(dataset.value, MAX_JSON_DEPTH) > MAX_JSON_DEPTH) {
+        addIssue({ message: `input_data must nest at most ${MAX_JSON_DEPTH} levels deep (it nests deeper)` });
+      } else if (utf8Bytes(JSON.stringify(dataset.value)) > config.max_input_bytes) {
+        addIssue({ message: `input_data must be at most ${config.max_input_bytes} bytes as JSON` });
+      }
+    }),
   );
   const timeout = v.optional(
     v.pipe(
@@ -103,6 +128,7 @@ export function requestSchemas(config: Config) {
             v.string('idempotency_key must be a string'),
             v.minLength(1, 'idempotency_key must not be empty'),
             v.maxLength(255, 'idempotency_key must be at most 255 characters'),
+            v.check((k) => !/[\u0000-\u001f\u007f]/.test(k) && loneSurrogateAt(k) < 0, 'idempotency_key must be text without control characters or lone surrogates'),
             v.description('Same key and same payload returns the existing job; same key and another payload is 409.'),
           ),
         ),

@@ -5,6 +5,7 @@
  * the runtime saw, and then only to name the Python exception.
  */
 import type { RawRun } from '../runtime/runtime.ts';
+import { jsonDepth, MAX_JSON_DEPTH } from '../util/json.ts';
 import type { TerminalStatus } from './status.ts';
 
 /** SPEC §2.6 error object. */
@@ -187,11 +188,15 @@ export function exceptionType(name: string, mro: readonly string[] | null): stri
 function parseResult(raw: RawRun): { ok: true; value: unknown } | { ok: false; message: string } {
   if (raw.resultJsonTooLarge) return { ok: false, message: 'result.json is larger than max_artifact_bytes and was not read' };
   if (raw.resultJson === null) return { ok: true, value: null };
+  let value: unknown;
   try {
-    return { ok: true, value: JSON.parse(raw.resultJson) as unknown };
+    value = JSON.parse(raw.resultJson) as unknown;
   } catch (err) {
     return { ok: false, message: `/output/result.json is not valid JSON: ${(err as Error).message}` };
   }
+  // A deeper value could not be stored and served back (serializing it overflows the stack).
+  if (jsonDepth(value, MAX_JSON_DEPTH) > MAX_JSON_DEPTH) return { ok: false, message: `/output/result.json nests deeper than ${MAX_JSON_DEPTH} levels` };
+  return { ok: true, value };
 }
 
 const SIGNAL_NAMES: Record<number, string> = {

@@ -46,6 +46,7 @@ export function recordView(row: ExecutionRow, full: boolean, artifacts: Artifact
     artifacts: artifacts.filter((a) => a.kind === 'output').map(artifactView),
     input_artifacts: inputArtifacts(row),
     resource_usage: row.resource_usage ?? null,
+    input_data: row.input_data,
     code_hash: row.code_hash,
     input_hash: row.input_hash,
     parent_execution_id: row.parent_execution_id,

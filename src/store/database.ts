@@ -37,8 +37,9 @@ export interface ExecutionsTable {
   ended_at: Timestamp | null;
   duration_ms: number | null;
   exit_code: number | null;
-  stdout: string | null;
-  stderr: string | null;
+  /** A JSON string (the `json` type keeps NUL as `\u0000`; `text` cannot hold it). */
+  stdout: Json<string> | null;
+  stderr: Json<string> | null;
   stdout_truncated: Generated<boolean>;
   stderr_truncated: Generated<boolean>;
   output: Json | null;

@@ -1,6 +1,7 @@
 /** The dead letter queue (SPEC §2.9, §4.13). */
 import { sql, type Kysely, type Transaction } from 'kysely';
 import type { Database, DlqRow } from './database.ts';
+import { canMatchText } from './executions.repository.ts';
 
 type Q = Kysely<Database> | Transaction<Database>;
 
@@ -34,6 +35,7 @@ export async function insertDlq(db: Q, e: NewDlqEntry): Promise<DlqRow> {
 
 /** Newest first, optionally by error type; one extra row tells whether more exist. */
 export async function listDlq(db: Q, f: { errorType?: string | undefined; limit: number; offset: number }): Promise<{ rows: DlqRow[]; hasMore: boolean }> {
+  if (f.errorType && !canMatchText(f.errorType)) return { rows: [], hasMore: false };
   let q = db.selectFrom('dlq').selectAll();
   if (f.errorType) q = q.where('error_type', '=', f.errorType);
   const rows = await q.orderBy('id', 'desc').limit(f.limit + 1).offset(f.offset).execute();

@@ -21,12 +21,12 @@ export async function insertExecution(db: Q, row: NewExecutionRow): Promise<Exec
 
 /** Column types of `executions` that are not `text` (for the array casts of {@link insertExecutions}). */
 export const EXECUTION_COLUMN_TYPES: Partial<Record<keyof ExecutionsTable, string>> = {
-  input_data: 'jsonb',
-  requirements: 'jsonb',
-  output: 'jsonb',
-  error: 'jsonb',
-  timing: 'jsonb',
-  resource_usage: 'jsonb',
+  input_data: 'json',
+  requirements: 'json',
+  output: 'json',
+  error: 'json',
+  timing: 'json',
+  resource_usage: 'json',
   timeout_s: 'integer',
   startup_timeout_s: 'integer',
   duration_ms: 'integer',
@@ -36,6 +36,8 @@ export const EXECUTION_COLUMN_TYPES: Partial<Record<keyof ExecutionsTable, strin
   started_at: 'timestamptz',
   ended_at: 'timestamptz',
   heartbeat_at: 'timestamptz',
+  stdout: 'json',
+  stderr: 'json',
   stdout_truncated: 'boolean',
   stderr_truncated: 'boolean',
   cancel_requested: 'boolean',
@@ -80,8 +82,17 @@ export async function insertIdempotent(db: Q, row: NewExecutionRow): Promise<{ r
   return { row: existing, created: false };
 }
 
+/**
+ * True when `s` can equal a stored `text` value. PostgreSQL text cannot hold NUL (a parameter with
+ * one is an error, not a non-match), so a key with NUL names no row and is answered without a query.
+ */
+export function canMatchText(s: string): boolean {
+  return !s.includes('\u0000');
+}
+
 /** One record by id. */
 export async function getExecution(db: Q, id: string): Promise<ExecutionRow | undefined> {
+  if (!canMatchText(id)) return undefined;
   return db.selectFrom('executions').selectAll().where('id', '=', id).executeTakeFirst();
 }
 
@@ -128,6 +139,7 @@ export interface ListFilter {
 
 /** Newest first; fetches one row more than `limit` to tell whether more exist. */
 export async function listExecutions(db: Q, f: ListFilter): Promise<{ rows: ExecutionRow[]; hasMore: boolean }> {
+  if (f.jobType && !canMatchText(f.jobType)) return { rows: [], hasMore: false };
   let q = db.selectFrom('executions').selectAll();
   if (f.status) q = q.where('status', '=', f.status);
   if (f.jobType) q = q.where('job_type', '=', f.jobType);
