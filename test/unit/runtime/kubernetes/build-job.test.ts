@@ -5,7 +5,7 @@ import { fromConfig } from '../../../../src/jobtypes/job-type.ts';
 import { buildJob, jobDeadlineSeconds, ownSecret, toCpuQuantity, toQuantity } from '../../../../src/runtime/kubernetes/build-job.ts';
 import { executionLabel, jobNameFor } from '../../../../src/runtime/kubernetes/names.ts';
 import type { RunSpec } from '../../../../src/runtime/runtime.ts';
-import { JOB_SPEC_FIELDS_1_20, unknownFields, validateJob, validateSecret } from './k8s-schema.ts';
+import { JOB_SPEC_FIELDS_1_20, unknownFields, validateJob, validateSecret } from '../../../support/k8s-schema.ts';
 
 const config = parseConfig({ runtime: 'kubernetes', kubernetes: { executor_image: 'ghcr.io/sandpod/executor:0.1.0' } }, {});
 const jt = (o: Record<string, unknown> = {}) => fromConfig(v.parse(JobTypeConfigSchema, { name: 'default', ...o }));
