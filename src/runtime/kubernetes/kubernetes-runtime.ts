@@ -16,6 +16,7 @@ import type { Config } from '../../config.ts';
 import { KubeApi, defaultKubeConfig } from '../../kube/index.ts';
 import { silentLogger, type Logger } from '../../logger.ts';
 import { RUNNER_PATH } from '../../sandbox/paths.ts';
+import { baseObservation, emptyRun } from '../run-output.ts';
 import { RunGoneError, type RawRun, type RunOptions, type RunSpec, type Runtime, type RuntimeHealth, type RuntimeHooks } from '../runtime.ts';
 import { buildJob, ownSecret } from './build-job.ts';
 import { RunController } from './controller.ts';
@@ -309,33 +310,10 @@ class KubernetesRuntime implements Runtime {
   }
 }
 
-function baseObservation(startedAt: number) {
-  const t = new Date(startedAt);
-  return {
-    exitCode: null,
-    timedOut: null,
-    oomKilled: false,
-    cancelled: false,
-    dependencyError: null,
-    infraError: null,
-    phase: 'startup' as const,
-    startedAt: t,
-    endedAt: t,
-    startupMs: 0,
-    depInstallMs: 0,
-    executionMs: 0,
-    totalMs: 0,
-  };
-}
-
-function emptyRun(observation: RawRun['observation']): RawRun {
-  return { observation, report: null, stdout: '', stderr: '', stdoutTruncated: false, stderrTruncated: false, resultJson: null, artifacts: [] };
-}
-
 function cancelledBeforeStart(startedAt: number): RawRun {
-  return emptyRun({ ...baseObservation(startedAt), cancelled: true });
+  return emptyRun(baseObservation(startedAt, { cancelled: true }));
 }
 
 function infraFailure(startedAt: number, type: string, message: string): RawRun {
-  return emptyRun({ ...baseObservation(startedAt), infraError: { type, message } });
+  return emptyRun(baseObservation(startedAt, { infraError: { type, message } }));
 }
