@@ -10,10 +10,6 @@ import type { Database, ExecutionRow, ExecutionsTable, ExecutionUpdate, NewExecu
 /** A kysely handle or a transaction: what every repository function takes first. */
 export type Q = Kysely<Database> | Transaction<Database>;
 
-// TODO(issue #8, API helper): api/routes/jobs.ts still imports this from here; drop the re-export once
-// it imports the status vocabulary from executions/index.ts. Not a copy: the one list is status.ts's.
-export { TERMINAL_STATUSES };
-
 /** Inserts a record. */
 export async function insertExecution(db: Q, row: NewExecutionRow): Promise<ExecutionRow> {
   return db.insertInto('executions').values(row).returningAll().executeTakeFirstOrThrow();
