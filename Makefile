@@ -47,7 +47,7 @@ build: deps ## Compile src/ to dist/, what the image runs (node dist/main.js)
 
 test: deps system-deps ## Run the whole suite: against PostgreSQL, then the database tests again on PGlite
 	$(VITEST)
-	SANDPOD_TEST_DB=pglite $(VITEST) test/integration/api test/integration/store
+	SANDPOD_TEST_DB=pglite $(VITEST) test/integration/api test/integration/store test/integration/executions
 
 test-unit: deps ## Unit tests only (fast, no sandbox or database)
 	$(VITEST) test/unit
