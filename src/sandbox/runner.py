@@ -66,6 +66,9 @@ How the program is run
     runpy's imports). Uncaught exceptions go through sys.excepthook with the runner's frames removed.
     The runner's own objects are frozen (gc.freeze) before the fork, so the program's garbage
     collections do not walk, and copy, the pages it shares with the runner.
+    The forking runner is not dumpable (prctl PR_SET_DUMPABLE 0; the program is set dumpable again):
+    the program cannot open its /proc/<pid>/mem, ptrace it or use process_vm_* on it. When prctl
+    cannot be called the runner exits 125. (--exec: the runner is the program; nothing to protect.)
 """
 import os
 import sys
@@ -415,6 +418,44 @@ def start_relay(listener, uds_path):
     threading.Thread(target=accept_loop, daemon=True).start()
 
 
+PR_SET_DUMPABLE = 4
+
+
+def set_dumpable(on):
+    """prctl(PR_SET_DUMPABLE, on); False when it could not be called.
+
+    Why the runner is not dumpable: it runs with the program's uid, beside it, in the same sandbox
+    (PID 1 under gVisor, bubblewrap --as-pid-1 and as a Kubernetes container), and it holds what the
+    program must not touch: the capture pipes, the report it writes after the program ended, the
+    egress relay's threads. A dumpable process of the same uid can be opened through
+    /proc/<pid>/mem, attached with ptrace and written with process_vm_writev; a non-dumpable one
+    only by a holder of CAP_SYS_PTRACE, which nothing in a sandbox has. That holds whether or not the
+    syscall filter is on (it can be switched off, and it cannot tell an open of /proc/<pid>/mem from
+    any other open). The forked program sets itself dumpable again, as `python PATH` would be;
+    anything it execs is anyway (execve resets the flag).
+
+    Only the C half of ctypes is imported (`_ctypes`, well under a millisecond); the `ctypes`
+    package would cost a few milliseconds on every run.
+    """
+    try:
+        import _ctypes
+
+        class c_int(_ctypes._SimpleCData):
+            _type_ = 'i'
+
+        class CFunc(_ctypes.CFuncPtr):
+            _flags_ = _ctypes.FUNCFLAG_CDECL
+            _restype_ = c_int
+
+        class Libc:
+            _handle = _ctypes.dlopen(None)
+
+        prctl = CFunc(('prctl', Libc()))
+        return prctl(PR_SET_DUMPABLE, 1 if on else 0, 0, 0, 0) == 0
+    except Exception:  # noqa: B902 — no _ctypes, no prctl: the caller decides
+        return False
+
+
 def close_stray_fds(keep):
     """Closes every fd above 2 but `keep`: the program gets stdio and nothing its launcher leaked.
     (Where /proc/self/fd cannot be listed, as under gVisor, the host's fds are not visible anyway.)"""
@@ -454,6 +495,11 @@ def main():
         if a.egress_proxy:
             die('--egress-proxy needs the forking mode (not --exec)')
         run_in_process(a)
+
+    # Before anything the program must not reach exists (after the re-exec above, which would reset
+    # it). Fail closed: a runner the program could write into is no sandbox.
+    if not set_dumpable(False):
+        die('cannot make the runner non-dumpable (prctl PR_SET_DUMPABLE)')
 
     relay = open_relay() if a.egress_proxy else None
 
@@ -496,6 +542,9 @@ def main():
     if pid == 0:
         for fd in (wake_r, wake_w, out_r, err_r, info_r):
             os.close(fd)
+        # The program is an ordinary process again (its own /proc entries, attachable by its children
+        # as under `python PATH`); the runner stays out of its reach.
+        set_dumpable(True)
         if relay is not None:
             url = 'http://127.0.0.1:%d' % relay.getsockname()[1]
             relay.close()

@@ -278,10 +278,10 @@ class LocalRuntimeImpl implements LocalRuntime {
   private placeInCgroups(s: RunState, memoryBytes: number): void {
     const { p, spec } = s;
     s.warm = p.warm?.take() ?? null;
-    // bwrap adds two processes (outer monitor, namespace init) and the runner (or its sh) one, the
-    // stream relay of an in-process run one more; user code gets the rest.
+    // bwrap adds one process (its outer monitor; with --as-pid-1 there is no namespace init) and the
+    // runner (or its sh) one, the stream relay of an in-process run one more; user code gets the rest.
     // gVisor's sentry has host threads of its own; it enforces the count itself (RLIMIT_NPROC inside).
-    const pids = p.engine === 'gvisor' ? spec.jobType.maxProcesses * 3 + 256 : spec.jobType.maxProcesses + (this.inProcess(s) ? 4 : 3);
+    const pids = p.engine === 'gvisor' ? spec.jobType.maxProcesses * 3 + 256 : spec.jobType.maxProcesses + (this.inProcess(s) ? 3 : 2);
     const limits = { memoryBytes, pids, cpus: spec.jobType.cpuLimit };
     if (s.warm) {
       s.cgroup = s.warm.cgroup;
@@ -294,7 +294,8 @@ class LocalRuntimeImpl implements LocalRuntime {
   /**
    * With bubblewrap in a warm process, the program runs in the runner's own process (`--exec`)
    * under a `sh` that only waits for it (killing that parent ends the run, as killing a forking
-   * runner does): bwrap's namespace init passes its exit status on and kills what it left behind,
+   * runner does): that `sh` is the sandbox's PID 1 (non-dumpable, see SandboxHost.waitingShell),
+   * passes the program's exit status on and, exiting, takes what the program left behind with it,
    * this runtime keeps the deadline, a relay in the run's cgroups caps the streams, and the cgroup
    * measures. That spares a fork of the interpreter, whose copy-on-write pages the program's exit
    * copied one by one. (Not with an egress proxy: the runner's forking parent relays the program's
@@ -323,7 +324,7 @@ class LocalRuntimeImpl implements LocalRuntime {
       egress: s.egress !== null,
       cgroups: p.cgroups !== null,
       inProcess,
-      sh: this.bins.sh,
+      sh: p.host.waitingShell(),
       procsFiles: s.cgroup?.procsFiles ?? [],
     });
     const launch = p.host.launch(sandbox, s.warm !== null);

@@ -37,6 +37,7 @@ export interface RunnerCommandOptions {
   cgroups: boolean;
   /** The program runs in the runner's own process under a waiting `sh` (see local-runtime.ts). */
   inProcess: boolean;
+  /** The waiting `sh` of an in-process run, as the sandbox sees it (`SandboxHost.waitingShell`: not dumpable). */
   sh: string;
   /** The run's cgroup.procs files (empty without cgroups, or when a warm process is in them already). */
   procsFiles: string[];

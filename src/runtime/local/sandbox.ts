@@ -8,7 +8,7 @@
  */
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { chmodSync, chownSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, realpathSync, statSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { EngineBinaries, EngineName } from './engines.ts';
 import { ociSeccomp } from './seccomp.ts';
@@ -86,6 +86,8 @@ const ROOT_SYMLINKS: [string, string][] = [
 ];
 /** Host bits of /etc that programs legitimately need (TLS roots, name resolution for bridge jobs). */
 const HOST_ETC = ['/etc/ssl', '/etc/ca-certificates', '/etc/resolv.conf', '/etc/host.conf', '/etc/gai.conf', '/etc/mime.types'];
+/** The execute-only copy of `sh` in the runner directory (see {@link SandboxHost.waitingShell}). */
+const WAITING_SHELL = 'sh';
 /** Mount points every run uses; created in the gVisor rootfs. */
 const MOUNT_POINTS = ['/code', '/input', '/output', '/tmp', '/deps', '/runner', '/proc', '/dev', '/usr', '/deps-build', '/pip-cache', EGRESS_DIR];
 
@@ -101,6 +103,7 @@ export class SandboxHost {
   private readonly hostEtc: string[];
   private readonly symlinks: [string, string][];
   private readonly compiled = new Map<string, string>();
+  private readonly shell: string;
 
   constructor(private readonly o: SandboxHostOptions, seccompBpf: Buffer | null) {
     this.engine = o.engine;
@@ -114,6 +117,7 @@ export class SandboxHost {
     this.symlinks = ROOT_SYMLINKS.filter(([target]) => existsSync(path.join('/', target)));
     for (const d of [o.root, this.runnerDir, this.rootfs, this.etcDir, this.runscState]) mkdirSync(d, { recursive: true, mode: 0o755 });
     writeFileSync(path.join(this.runnerDir, 'runner.py'), readFileSync(o.runnerSource), { mode: 0o644 });
+    this.shell = this.prepareWaitingShell();
     writeFileSync(path.join(this.etcDir, 'passwd'), `root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:${SANDBOX_UID}:${SANDBOX_GID}:sandbox:/tmp:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n`);
     writeFileSync(path.join(this.etcDir, 'group'), `root:x:0:\nsandbox:x:${SANDBOX_GID}:\nnogroup:x:65534:\n`);
     writeFileSync(path.join(this.etcDir, 'hosts'), '127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost ip6-loopback\n');
@@ -157,6 +161,35 @@ export class SandboxHost {
       this.compiled.set(interpreter, name);
     }
     return `/runner/${name}`;
+  }
+
+  /**
+   * The `sh` a sandbox command may use as a process that stays beside the program (the waiting
+   * parent of an in-process run, runner-command.ts), as the sandbox sees it.
+   *
+   * On bubblewrap that shell is PID 1 of the sandbox (`--as-pid-1`) and the program's parent, with
+   * the program's uid: were it dumpable, the program could open its `/proc/<pid>/mem`, attach to it
+   * or use process_vm_writev on it (issue #9). `sh` cannot call prctl(PR_SET_DUMPABLE), but the
+   * kernel makes a process non-dumpable when it execs a file it may not read (execve's "would dump"
+   * rule, the one that protects execute-only binaries), so the sandbox gets an execute-only (0111)
+   * copy of the host's `sh` at `/runner/sh`. Its children that exec something readable (the runner)
+   * are dumpable again, as a plain program is. Other engines: the host's `sh`.
+   */
+  waitingShell(): string {
+    return this.shell;
+  }
+
+  private prepareWaitingShell(): string {
+    if (this.engine !== 'bubblewrap') return this.o.bins.sh;
+    const copy = path.join(this.runnerDir, WAITING_SHELL);
+    try {
+      unlinkSync(copy);
+    } catch {
+      /* not there yet */
+    }
+    writeFileSync(copy, readFileSync(realpathSync(this.o.bins.sh)), { mode: 0o111 });
+    chmodSync(copy, 0o111);
+    return `/runner/${WAITING_SHELL}`;
   }
 
   /** Files a launch of this host opens as fds 3… (same for every sandbox; warm processes get them early). */
@@ -210,6 +243,13 @@ export class SandboxHost {
   private bwrap(spec: SandboxSpec): { cmd: string[]; env: Record<string, string>; fdFiles: string[] } {
     const a: string[] = [this.o.bins.bwrap ?? 'bwrap'];
     a.push('--unshare-user', '--unshare-ipc', '--unshare-pid', '--unshare-uts', '--unshare-cgroup-try');
+    // No bwrap init in the sandbox: without --as-pid-1 bwrap's own reaper is PID 1 there, with the
+    // program's uid, dumpable and outside the syscall filter (bwrap applies --seccomp only to the
+    // command), so the program could open /proc/1/mem, ptrace it or process_vm_writev into it
+    // (issue #9). With it the command is PID 1: the runner, which makes itself non-dumpable
+    // (runner.py), or the execute-only waiting shell (waitingShell). PID 1 exiting kills whatever
+    // is left in the namespace, as bwrap's init did; bwrap's monitor outside passes its status on.
+    a.push('--as-pid-1');
     if (!spec.network) a.push('--unshare-net');
     a.push('--disable-userns', '--uid', String(SANDBOX_UID), '--gid', String(SANDBOX_GID), '--hostname', 'sandbox');
     a.push('--die-with-parent', '--new-session', '--cap-drop', 'ALL', '--clearenv');

@@ -6,6 +6,12 @@
  * namespaces, io_uring …). Denied calls fail with EPERM rather than killing the process, so programs
  * that probe for features keep running. `clone3` gets ENOSYS so libc falls back to `clone`, whose
  * flags the filter can inspect.
+ *
+ * `ptrace` and `process_vm_readv`/`process_vm_writev` are on the list, but the filter is not what
+ * keeps the program out of the sandbox's other processes (issue #9): it can be switched off, and
+ * opening `/proc/<pid>/mem` is an ordinary `open` it cannot tell apart. That rests on no process
+ * beside the program being dumpable (runner.py, SandboxHost.waitingShell) and on bubblewrap keeping
+ * no init of its own in the sandbox (`--as-pid-1`, sandbox.ts).
  */
 
 /** Syscalls denied with EPERM, by name (names as in the OCI/libseccomp tables). */

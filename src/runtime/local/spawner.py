@@ -26,6 +26,9 @@ written; diagnostics go to stderr.
             of its pipes reached EOF (what Node's 'close' means).
 
 At start every fd but 0-2 is closed, so nothing the service inherited reaches a sandbox.
+Neither this process nor a warm child's stream relay is inside a sandbox: they live in the host's PID
+namespace, which a program in a sandbox (its own PID namespace) cannot name, so it cannot open their
+/proc entries, attach to them or use process_vm_* on them.
 When stdin closes (the service went away) every child's process group is killed and the spawner exits.
 """
 import ctypes

@@ -66,9 +66,16 @@ describe.each(['bubblewrap', 'gvisor'] as const)('hostile programs on %s', (engi
     expect(r.stderr + JSON.stringify(r.error)).toMatch(/File too large|oom|killed/i);
   });
 
-  it('killing the runner ends the run as killed', async () => {
-    const r = await run('import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nimport time\ntime.sleep(5)');
-    expect(r.status).toBe('failed');
-    expect(r.error.type).toBe('killed');
+  it('killing the runner ends the run as killed (gVisor) or cannot be done (bubblewrap: the runner is PID 1)', async () => {
+    const r = await run('import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nimport time\ntime.sleep(1)\nprint("survived")');
+    if (engine === 'gvisor') {
+      expect(r.status).toBe('failed');
+      expect(r.error.type).toBe('killed');
+    } else {
+      // bwrap --as-pid-1 (issue #9): the program's parent is PID 1 of the sandbox, which Linux does not
+      // let a SIGKILL from inside the namespace end; the program carries on.
+      expect(r.status).toBe('succeeded');
+      expect(r.stdout).toBe('survived\n');
+    }
   });
 });

@@ -3,7 +3,7 @@
  * exit-code conventions, CPython-identical tracebacks, SystemExit, the timeout, the clean environment.
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { RUNNER_PATH } from '../../../src/sandbox/paths.ts';
@@ -143,6 +143,31 @@ describe('runner.py', () => {
     const r = runRunner("with open('big', 'wb', buffering=0) as f:\n    for _ in range(10):\n        f.write(b'x' * 500)\n", ['--rlimit', 'fsize=1000']);
     expect(r.status).toBe(1);
     expect(r.stderr).toContain('File too large');
+  });
+
+  it.skipIf(process.getuid?.() !== 0)('is out of the reach of the program it forked (not dumpable), which is dumpable itself', () => {
+    // As uid 1000 (root's CAP_SYS_PTRACE would open anything): the program may read its own memory,
+    // not the runner's.
+    mkdirSync('/tmp/sandpod-test', { recursive: true });
+    const dir = mkdtempSync(path.join('/tmp/sandpod-test', 'runner-'));
+    mkdirSync(path.join(dir, 'out'));
+    chmodSync(dir, 0o755);
+    chmodSync(path.join(dir, 'out'), 0o777);
+    const main = path.join(dir, 'main.py');
+    writeFileSync(main, `
+import ctypes, os
+def try_open(pid):
+    try:
+        os.close(os.open('/proc/%d/mem' % pid, os.O_RDWR))
+        return 'ok'
+    except OSError as e:
+        return e.errno
+print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0), try_open(os.getpid()), try_open(os.getppid()))
+`);
+    const r = spawnSync('setpriv', ['--reuid=1000', '--regid=1000', '--clear-groups', PY, RUNNER_PATH, '--code', main, '--output', path.join(dir, 'out'), '--cwd', dir], { env: CLEAN, encoding: 'utf8', timeout: 20_000 });
+    expect(r.status).toBe(0);
+    // PR_GET_DUMPABLE 1 for the program; its own mem opens; the runner's is EACCES.
+    expect(readFileSync(path.join(dir, 'out', '.svc_stdout'), 'utf8')).toBe('1 ok 13\n');
   });
 
   it('fails with 125 on a bad argument', () => {
