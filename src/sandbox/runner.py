@@ -4,6 +4,10 @@
 The same file is used by every runtime (local bubblewrap/gVisor/process engines, and the `main`
 container of a Kubernetes run). Keep the CLI below stable: other runtimes depend on it.
 
+One concern, one file on purpose: everything here is the run of one program (argument parsing, the
+clean environment, stream capture, limits, the time limit, the phase file and the report). It is
+copied whole into every sandbox and every run's Secret, so it must not import anything of ours.
+
 CLI
     python3 runner.py [options]
 
