@@ -70,6 +70,25 @@ function status(pod: V1Pod | undefined, name: string, init = false): V1Container
   return list?.find((c) => c.name === name);
 }
 
+/**
+ * Whether the program ran out of memory: `main` was OOM-killed, or it exited 137 (SIGKILL) while the
+ * pod shows its memory exhausted. Under gVisor the pod is one sandbox and the kill can land on the
+ * sandbox itself: `main` may then say only `Error`/137, while another container says `OOMKilled`, or
+ * the collector, not started yet, fails with `StartError`/`ContainerCannotRun` (the sandbox it would
+ * start in is gone). A 137 with the collector running or stopped normally (a pod deletion: the runner
+ * kills the program and exits 137, the collector exits 0) is not taken as memory.
+ */
+export function mainOomKilled(pod: V1Pod | undefined): boolean {
+  const term = status(pod, CONTAINERS.main)?.state?.terminated;
+  if (!term) return false;
+  if (term.reason === 'OOMKilled') return true;
+  if (term.exitCode !== 137) return false;
+  const others = [...(pod?.status?.initContainerStatuses ?? []), ...(pod?.status?.containerStatuses ?? [])].filter((c) => c.name !== CONTAINERS.main);
+  if (others.some((c) => c.state?.terminated?.reason === 'OOMKilled')) return true;
+  const collectorEnd = status(pod, CONTAINERS.collector)?.state?.terminated?.reason;
+  return collectorEnd !== undefined && START_ERRORS.has(collectorEnd);
+}
+
 function jobDeadlineExceeded(job: V1Job | undefined): boolean {
   return !!job?.status?.conditions?.some((c) => c.type === 'Failed' && c.status === 'True' && c.reason === 'DeadlineExceeded');
 }
@@ -106,7 +125,7 @@ export function observe(run: RunState, pod: V1Pod | undefined, now: number, over
   return {
     exitCode,
     timedOut: null,
-    oomKilled: term?.reason === 'OOMKilled',
+    oomKilled: mainOomKilled(pod),
     cancelled: false,
     dependencyError: null,
     infraError: null,
@@ -142,8 +161,20 @@ export function decide(run: RunState, job: V1Job | undefined, pod: V1Pod | undef
   if (run.collection) {
     if (!run.released && pod && collector?.state?.running && !pod.metadata?.deletionTimestamp) return [{ type: 'release', pod: podName }];
     if (run.collection.ok) return [finish()];
-    const oom = mainTerm?.reason === 'OOMKilled';
-    return [finish(oom ? {} : { infraError: { type: 'internal_error', message: `outputs could not be collected: ${run.collection.error}` } })];
+    return [finish(mainOomKilled(pod) ? {} : { infraError: { type: 'internal_error', message: `outputs could not be collected: ${run.collection.error}` } })];
+  }
+
+  const enter: Action[] = mainStarted && run.phaseReported === 'startup' ? [{ type: 'enterExecution', mainStartedAt: mainStartedAtMs }] : [];
+
+  // The program ran out of memory: that is the run's outcome, whatever happened to the collector.
+  // With the collector up, its outputs are pulled as usual (below); when it never started (the
+  // sandbox died with the program), was killed, or the pod or Job is ending, they are lost: oom
+  // without them, never docker_error or internal_error. A collector still being created is waited for.
+  if (mainOomKilled(pod)) {
+    const collectorUp = !!collector?.state?.running && !pod?.metadata?.deletionTimestamp;
+    const phase = pod?.status?.phase;
+    const noCollector = !!collector?.state?.terminated || phase === 'Failed' || phase === 'Succeeded' || !!pod?.metadata?.deletionTimestamp || jobDeadlineExceeded(job);
+    if (!collectorUp && noCollector) return [...enter, finish()];
   }
 
   // The Job's activeDeadlineSeconds fired (the backstop behind the runner's own timeout).
@@ -174,6 +205,12 @@ export function decide(run: RunState, job: V1Job | undefined, pod: V1Pod | undef
     }
     const t = c?.state?.terminated;
     if (t?.reason && START_ERRORS.has(t.reason)) {
+      // A sandbox that died under a running program fails the containers it had not started yet,
+      // and main's own status can trail theirs: give it a moment to show an OOM kill first.
+      const failedAt = toMs(t.finishedAt);
+      if (c !== main && main?.state?.running && failedAt !== null && now < failedAt + run.podGoneGraceMs) {
+        return [...enter, { type: 'wakeAt', at: failedAt + run.podGoneGraceMs }];
+      }
       return [{ type: 'deleteJob' }, finish({ infraError: { type: 'docker_error', message: `${c?.name}: ${t.reason}: ${t.message ?? ''}`.trim() } })];
     }
   }
@@ -186,12 +223,10 @@ export function decide(run: RunState, job: V1Job | undefined, pod: V1Pod | undef
     return [finish({ dependencyError: run.depsLog.trim() || `dependency installation failed (exit code ${depsTerm.exitCode})` })];
   }
 
-  const enter: Action[] = mainStarted && run.phaseReported === 'startup' ? [{ type: 'enterExecution', mainStartedAt: mainStartedAtMs }] : [];
   if (mainTerm) {
     if (collector?.state?.running) return [...enter, { type: 'collect', pod: podName }];
     if (collector?.state?.terminated || pod?.status?.phase === 'Failed' || pod?.status?.phase === 'Succeeded') {
-      const oom = mainTerm.reason === 'OOMKilled';
-      return [...enter, finish(oom ? {} : { infraError: { type: 'internal_error', message: 'outputs lost: the collector container is gone' } })];
+      return [...enter, finish(mainOomKilled(pod) ? {} : { infraError: { type: 'internal_error', message: 'outputs lost: the collector container is gone' } })];
     }
     // The collector has not started yet (slow image pull): wait for it; the Job deadline bounds this.
     return enter;

@@ -130,6 +130,113 @@ const rows: Row[] = [
     now: T0 + 8 * S,
     expect: (a) => expect(finishOf(a)).toMatchObject({ oomKilled: true, infraError: null }),
   },
+  // Issue #9: under gVisor the pod is one sandbox; an OOM before the collector started can take the
+  // sandbox down, and the collector then reports StartError (exit 128). That is oom, not docker_error.
+  {
+    name: 'gVisor: main OOMKilled, collector never started (StartError) → oom, not docker_error',
+    run: run({ phaseReported: 'execution' }),
+    job,
+    pod: makePod().phase('Failed').terminated('main', 137, 'OOMKilled', T0 + 5 * S, T0 + 7 * S).terminated('collector', 128, 'StartError', T0 + 7 * S, T0 + 7 * S).obj(),
+    now: T0 + 8 * S,
+    expect: (a) => {
+      expect(types(a)).toEqual(['finish']);
+      expect(finishOf(a)).toMatchObject({ oomKilled: true, exitCode: 137, infraError: null, phase: 'failed' });
+    },
+  },
+  {
+    name: 'gVisor: main 137 with reason Error, collector StartError → oom (the sandbox died of memory)',
+    run: run(),
+    job,
+    pod: makePod().phase('Failed').terminated('main', 137, 'Error', T0 + 5 * S, T0 + 7 * S).terminated('collector', 128, 'StartError', T0 + 7 * S, T0 + 7 * S).obj(),
+    now: T0 + 8 * S,
+    expect: (a) => {
+      expect(types(a)).toEqual(['enterExecution', 'finish']);
+      expect(finishOf(a)).toMatchObject({ oomKilled: true, exitCode: 137, infraError: null });
+    },
+  },
+  {
+    name: 'gVisor: main 137 with reason Error, another container says OOMKilled → oom',
+    run: run({ phaseReported: 'execution' }),
+    job,
+    pod: makePod().phase('Failed').terminated('main', 137, 'Error', T0 + 5 * S, T0 + 7 * S).terminated('collector', 137, 'OOMKilled', T0 + 5 * S, T0 + 7 * S).obj(),
+    now: T0 + 8 * S,
+    expect: (a) => expect(finishOf(a)).toMatchObject({ oomKilled: true, infraError: null }),
+  },
+  {
+    name: 'main OOMKilled, collector ContainerCannotRun → oom',
+    run: run({ phaseReported: 'execution' }),
+    job,
+    pod: makePod().phase('Failed').terminated('main', 137, 'OOMKilled', T0 + 5 * S, T0 + 7 * S).terminated('collector', 128, 'ContainerCannotRun', T0 + 7 * S, T0 + 7 * S).obj(),
+    now: T0 + 8 * S,
+    expect: (a) => expect(finishOf(a)).toMatchObject({ oomKilled: true, infraError: null }),
+  },
+  {
+    name: 'main OOMKilled, collector still being created → wait for it (outputs may still come)',
+    run: run({ phaseReported: 'execution' }),
+    job,
+    pod: makePod().phase('Running').terminated('main', 137, 'OOMKilled', T0 + 5 * S, T0 + 7 * S).waiting('collector', 'ContainerCreating').obj(),
+    now: T0 + 8 * S,
+    expect: (a) => expect(a).toEqual([]),
+  },
+  {
+    name: 'main OOMKilled, the collector never came and the Job deadline fired → oom, not a timeout',
+    run: run({ phaseReported: 'execution' }),
+    job: makeJob().deadlineExceeded().obj(),
+    pod: makePod().phase('Running').terminated('main', 137, 'OOMKilled', T0 + 5 * S, T0 + 7 * S).waiting('collector', 'ContainerCreating').obj(),
+    now: T0 + 100 * S,
+    expect: (a) => expect(finishOf(a)).toMatchObject({ oomKilled: true, timedOut: null, infraError: null }),
+  },
+  {
+    name: 'main OOMKilled with the collector running → collect its outputs as usual',
+    run: run({ phaseReported: 'execution' }),
+    job,
+    pod: makePod().mainTerminated(137, 'OOMKilled', T0 + 5 * S, T0 + 7 * S).obj(),
+    now: T0 + 8 * S,
+    expect: (a) => expect(a).toEqual([{ type: 'collect', pod: 'sp-run-abcde' }]),
+  },
+  {
+    name: 'collected, collection failed, main 137 and collector StartError → oom, not internal_error',
+    run: run({ phaseReported: 'execution', collection: { ok: false, error: 'exec refused' }, released: true }),
+    job,
+    pod: makePod().phase('Failed').terminated('main', 137, 'Error', T0 + 5 * S, T0 + 7 * S).terminated('collector', 128, 'StartError', T0 + 7 * S, T0 + 7 * S).obj(),
+    now: T0 + 8 * S,
+    expect: (a) => expect(finishOf(a)).toMatchObject({ oomKilled: true, infraError: null }),
+  },
+  {
+    name: 'collector StartError while main still shows running → wait a moment for main\'s status',
+    run: run({ phaseReported: 'execution' }),
+    job,
+    pod: makePod().phase('Running').running('main', T0 + 5 * S).terminated('collector', 128, 'StartError', T0 + 6 * S, T0 + 6 * S).obj(),
+    now: T0 + 7 * S,
+    expect: (a) => expect(a).toEqual([{ type: 'wakeAt', at: T0 + 9 * S }]),
+  },
+  {
+    name: 'collector StartError, main still running after the grace → docker_error (a real start failure)',
+    run: run({ phaseReported: 'execution' }),
+    job,
+    pod: makePod().phase('Running').running('main', T0 + 5 * S).terminated('collector', 128, 'StartError', T0 + 6 * S, T0 + 6 * S).obj(),
+    now: T0 + 9 * S,
+    expect: (a) => {
+      expect(types(a)).toEqual(['deleteJob', 'finish']);
+      expect(finishOf(a).infraError).toMatchObject({ type: 'docker_error' });
+    },
+  },
+  {
+    name: 'main 137 after a pod deletion (runner killed the program, collector exited 0) → not oom',
+    run: run({ phaseReported: 'execution' }),
+    job,
+    pod: makePod().phase('Failed').terminated('main', 137, 'Error', T0 + 5 * S, T0 + 7 * S).terminated('collector', 0, 'Completed', T0 + 5 * S, T0 + 7 * S).obj(),
+    now: T0 + 8 * S,
+    expect: (a) => expect(finishOf(a)).toMatchObject({ oomKilled: false, infraError: { type: 'internal_error' } }),
+  },
+  {
+    name: 'main exited 137 while the collector runs (no sign of memory) → collected, oomKilled not claimed',
+    run: run({ phaseReported: 'execution', collection: { ok: true, output }, released: true }),
+    job,
+    pod: makePod().mainTerminated(137, 'Error', T0 + 5 * S, T0 + 7 * S).obj(),
+    now: T0 + 8 * S,
+    expect: (a) => expect(finishOf(a)).toMatchObject({ oomKilled: false, exitCode: 137, infraError: null }),
+  },
   {
     name: 'main ended but the collector is gone → internal_error',
     run: run({ phaseReported: 'execution' }),
