@@ -43,6 +43,24 @@ export interface TrackedRun {
   reject: (err: unknown) => void;
   collectFailures: number;
   podUid?: string;
+  /**
+   * The uid of the run's own Job, once the runtime has it (create answer, 409 read, adoption). Until
+   * then nothing is taken as the run's: a Job of the same name from an earlier attempt, and its pod,
+   * can still be there, terminating.
+   */
+  jobUid?: string;
+  /** Deletions heard before `jobUid` was known: Job uids, and pod uids with their owners' uids. */
+  deletedJobs?: Set<string>;
+  deletedPods?: { uid: string; owners: string[] }[];
+}
+
+/** The uids of a pod's owners: its ownerReferences and the Job controller's `controller-uid` labels. */
+function ownerUids(o: V1Pod): string[] {
+  const labels = o.metadata?.labels ?? {};
+  return [
+    ...(o.metadata?.ownerReferences ?? []).map((r) => r.uid),
+    ...[labels['controller-uid'], labels['batch.kubernetes.io/controller-uid']].filter((v): v is string => !!v),
+  ];
 }
 
 /** See the module comment. */
@@ -134,15 +152,24 @@ export class RunController {
   }
 
   /** Drives a run until it resolves; `key` is the execution-id label value. */
-  track(key: string, run: Omit<TrackedRun, 'resolve' | 'reject' | 'collectFailures'>): Promise<RawRun> {
+  track(key: string, run: Omit<TrackedRun, 'resolve' | 'reject' | 'collectFailures' | 'deletedJobs' | 'deletedPods'>): Promise<RawRun> {
     return new Promise<RawRun>((resolve, reject) => {
       if (this.stopped) {
         reject(new Error('kubernetes runtime stopped before the run could be tracked'));
         return;
       }
-      this.runs.set(key, { ...run, resolve, reject, collectFailures: 0 });
+      this.runs.set(key, { ...run, resolve, reject, collectFailures: 0, deletedJobs: new Set(), deletedPods: [] });
       this.queue.add(key);
     });
+  }
+
+  /** Tells the controller which Job is the run's (its uid), once created or found. */
+  ownJob(key: string, jobUid: string): void {
+    const run = this.runs.get(key);
+    if (!run) return;
+    run.jobUid = jobUid;
+    this.resolveDeleted(run);
+    this.queue.add(key);
   }
 
   /** Stops driving a run whose objects could not be created; its `track()` promise rejects. */
@@ -165,25 +192,43 @@ export class RunController {
   private noteDeleted(o: V1Pod | V1Job, kind: 'pod' | 'job'): void {
     const key = o.metadata?.labels?.[LABELS.executionId];
     const run = key ? this.runs.get(key) : undefined;
-    if (!run) return;
-    const jobName = run.state.jobName;
+    const uid = o.metadata?.uid;
+    if (!run || !uid) return;
     if (kind === 'job') {
-      if (o.metadata?.name === jobName) run.state.jobSeen = true;
-      return;
+      if (o.metadata?.name === run.state.jobName) run.deletedJobs?.add(uid);
+    } else if (!run.podUid) {
+      run.deletedPods?.push({ uid, owners: ownerUids(o as V1Pod) });
     }
-    if (run.podUid || !o.metadata?.uid) return;
-    if (o.metadata.labels?.['job-name'] === jobName || o.metadata.ownerReferences?.some((r) => r.name === jobName)) {
-      run.podUid = o.metadata.uid;
-      run.state.podSeen = true;
+    this.resolveDeleted(run);
+  }
+
+  /** Applies the deletions heard so far once the run's Job is known: seen, then gone. */
+  private resolveDeleted(run: TrackedRun): void {
+    const jobUid = run.jobUid;
+    if (!jobUid) return;
+    if (run.deletedJobs?.has(jobUid)) run.state.jobSeen = true;
+    if (!run.podUid) {
+      const pod = run.deletedPods?.find((p) => p.owners.includes(jobUid));
+      if (pod) {
+        run.podUid = pod.uid;
+        run.state.podSeen = true;
+      }
     }
   }
 
-  /** The run's pod: the first one seen for it (a replacement pod is not the run's). */
+  /** The run's Job from the cache: only the one with the run's uid (not an earlier attempt's). */
+  private jobFor(run: TrackedRun): V1Job | undefined {
+    const job = this.jobs.get(run.state.jobName);
+    return job && run.jobUid !== undefined && job.metadata?.uid === run.jobUid ? job : undefined;
+  }
+
+  /** The run's pod: the first one its own Job made (a replacement pod is not the run's). */
   private podFor(key: string, run: TrackedRun): V1Pod | undefined {
     const pods = this.pods.list().filter((p) => p.metadata?.labels?.[LABELS.executionId] === key);
     if (run.podUid) return pods.find((p) => p.metadata?.uid === run.podUid);
-    const jobName = run.state.jobName;
-    const mine = pods.filter((p) => p.metadata?.labels?.['job-name'] === jobName || p.metadata?.ownerReferences?.some((o) => o.name === jobName));
+    const jobUid = run.jobUid;
+    if (!jobUid) return undefined;
+    const mine = pods.filter((p) => ownerUids(p).includes(jobUid));
     mine.sort((a, b) => String(a.metadata?.creationTimestamp ?? '').localeCompare(String(b.metadata?.creationTimestamp ?? '')));
     const pod = mine[0];
     if (pod?.metadata?.uid) {
@@ -199,7 +244,7 @@ export class RunController {
     for (let pass = 0; pass < 8; pass++) {
       const run = this.runs.get(key);
       if (!run || run.state.finished) return;
-      const job = this.jobs.get(run.state.jobName);
+      const job = this.jobFor(run);
       if (job) run.state.jobSeen = true;
       const pod = this.podFor(key, run);
       const actions = decide(run.state, job, pod, this.clock.now());

@@ -206,10 +206,12 @@ export function decide(run: RunState, job: V1Job | undefined, pod: V1Pod | undef
     const t = c?.state?.terminated;
     if (t?.reason && START_ERRORS.has(t.reason)) {
       // A sandbox that died under a running program fails the containers it had not started yet,
-      // and main's own status can trail theirs: give it a moment to show an OOM kill first.
+      // and main's own status can trail theirs: give it a moment to show an OOM kill first
+      // (finishedAt has whole seconds, hence the extra second).
       const failedAt = toMs(t.finishedAt);
-      if (c !== main && main?.state?.running && failedAt !== null && now < failedAt + run.podGoneGraceMs) {
-        return [...enter, { type: 'wakeAt', at: failedAt + run.podGoneGraceMs }];
+      const waitUntil = failedAt === null ? null : failedAt + 1000 + run.podGoneGraceMs;
+      if (c !== main && main?.state?.running && waitUntil !== null && now < waitUntil) {
+        return [...enter, { type: 'wakeAt', at: waitUntil }];
       }
       return [{ type: 'deleteJob' }, finish({ infraError: { type: 'docker_error', message: `${c?.name}: ${t.reason}: ${t.message ?? ''}`.trim() } })];
     }

@@ -190,6 +190,7 @@ class KubernetesRuntime implements Runtime {
       }),
       limits: defaultOutputLimits(spec.maxArtifactBytes, spec.maxStdoutBytes),
       ...(options.onPhase ? { onPhase: options.onPhase } : {}),
+      ...(adopted?.metadata?.uid ? { jobUid: adopted.metadata.uid } : {}),
     });
     // Awaited below; until then a rejection (runtime stopped) must not count as unhandled.
     tracked.catch(() => undefined);
@@ -200,6 +201,9 @@ class KubernetesRuntime implements Runtime {
         if (!finished) await this.ensureSecret(secret, adopted);
       } else {
         const owner = await this.ensureJob(job, jobName);
+        // From now on the controller takes only this Job and its pods as the run's: a Job of the
+        // same name from an earlier attempt, and its pod, may still be terminating.
+        this.controller.ownJob(key, owner.metadata?.uid ?? '');
         try {
           await this.ensureSecret(secret, owner);
         } catch (err) {
@@ -230,7 +234,7 @@ class KubernetesRuntime implements Runtime {
    */
   private async ensureJob(job: V1Job, jobName: string): Promise<V1Job> {
     const created = await this.api.createJob(job);
-    if (created) return created;
+    if (created?.metadata?.uid) return created;
     const existing = await this.api.getJob(this.ns, jobName);
     if (!existing) throw new Error(`Job ${jobName} existed and vanished at once; retry`);
     if (existing.metadata?.deletionTimestamp) throw new Error(`Job ${jobName} of an earlier attempt is still being deleted; retry`);

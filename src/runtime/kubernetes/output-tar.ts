@@ -127,6 +127,8 @@ export function parseOutputTar(source: Readable, limits: OutputLimits): Promise<
       if (settled) return;
       settled = true;
       source.unpipe(extract);
+      // tar lists a directory in readdir order; the local runtime lists /output sorted by name.
+      out.artifacts.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
       if (err) reject(err);
       else resolve(out);
     };

@@ -8,7 +8,6 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Runtime } from '../../../src/runtime/runtime.ts';
 import { jobNameFor } from '../../../src/runtime/kubernetes/names.ts';
 import { FakeKube } from '../../support/fake-kube/server.ts';
-import { outputTar } from '../../support/fake-kube/tar.ts';
 import { useFakeKubeconfig } from '../../support/kube-runtime.ts';
 import { startTestService, type TestService } from '../../support/service.ts';
 
@@ -79,7 +78,7 @@ describe('one guard policy on the kubernetes runtime', () => {
     const pod = await fake.waitForPod(jobNameFor(id));
     fake.schedule(pod);
     fake.mainRunning(pod);
-    fake.setOutput(pod, await outputTar({ stdout: 'hi\n', report: { exit_code: 0, execution_ms: 1 } }));
+    fake.setOutput(pod, ({ stdout: 'hi\n', report: { exit_code: 0, execution_ms: 1 } }));
     fake.mainTerminated(pod, 0);
     expect(await result(id)).toMatchObject({ status: 'succeeded', stdout: 'hi\n' });
     // The runtime did not retry the create itself: the service ran a second attempt, and the

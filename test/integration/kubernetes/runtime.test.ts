@@ -4,8 +4,8 @@ import { UnretryableError } from '../../../src/errors.ts';
 import { KubeApi } from '../../../src/kube/kube-api.ts';
 import { CircuitBreaker } from '../../../src/resilience/breaker.ts';
 import { withRetry } from '../../../src/resilience/retry.ts';
+import { classify } from '../../../src/executions/classify.ts';
 import { RunGoneError, type Runtime } from '../../../src/runtime/runtime.ts';
-import { outputTar } from '../../support/fake-kube/tar.ts';
 import { FakeKube, jobNameFor, podOf, spec, startRuntime, testConfig } from '../../support/kube-runtime.ts';
 
 let fake: FakeKube;
@@ -33,7 +33,7 @@ describe('kubernetes runtime against the fake API server', () => {
     await fake.waitFor(() => phases.includes('execution'), 2000, 'execution phase');
     fake.setOutput(
       pod,
-      await outputTar({
+      ({
         phase: 'completed',
         stdout: 'hi\n',
         stderr: '',
@@ -90,7 +90,7 @@ describe('kubernetes runtime: failures and timeouts', () => {
     const running = rt.run(s);
     const pod = await podOf(fake, s);
     fake.mainRunning(pod);
-    fake.setOutput(pod, await outputTar({ phase: 'execution', stdout: 'partial', report: { timed_out: true, exit_code: null } }));
+    fake.setOutput(pod, ({ phase: 'execution', stdout: 'partial', report: { timed_out: true, exit_code: null } }));
     fake.mainTerminated(pod, 124);
     const raw = await running;
     expect(raw.observation).toMatchObject({ exitCode: 124, timedOut: null, phase: 'failed' });
@@ -115,7 +115,7 @@ describe('kubernetes runtime: failures and timeouts', () => {
     const running = rt.run(s);
     const pod = await podOf(fake, s);
     fake.mainRunning(pod);
-    fake.setOutput(pod, await outputTar({ stderr: 'allocating...' }));
+    fake.setOutput(pod, ({ stderr: 'allocating...' }));
     fake.mainTerminated(pod, 137, 'OOMKilled');
     const raw = await running;
     expect(raw.observation).toMatchObject({ oomKilled: true, exitCode: 137 });
@@ -210,7 +210,7 @@ describe('kubernetes runtime: failures and timeouts', () => {
       // The same execution started by another replica: its create gets 409 and it follows the same Job.
       const b = other.run(s);
       fake.mainRunning(pod);
-      fake.setOutput(pod, await outputTar({ stdout: 'once' }));
+      fake.setOutput(pod, ({ stdout: 'once' }));
       fake.mainTerminated(pod, 0);
       const [ra, rb] = await Promise.all([a, b]);
       expect(fake.list('jobs').filter((j) => j.metadata.name === jobNameFor(s.executionId))).toHaveLength(1);
@@ -237,7 +237,7 @@ describe('kubernetes runtime: restarts and watch trouble', () => {
     });
     try {
       const adopted = second.run(s, { adopt: true });
-      fake.setOutput(pod, await outputTar({ stdout: 'survived' }));
+      fake.setOutput(pod, ({ stdout: 'survived' }));
       fake.mainTerminated(pod, 0);
       const raw = await adopted;
       expect(raw.stdout).toBe('survived');
@@ -257,7 +257,7 @@ describe('kubernetes runtime: restarts and watch trouble', () => {
     const pod = await podOf(fake, s);
     fake.closeWatches();
     fake.mainRunning(pod);
-    fake.setOutput(pod, await outputTar({ stdout: 'after reconnect' }));
+    fake.setOutput(pod, ({ stdout: 'after reconnect' }));
     fake.mainTerminated(pod, 0);
     expect((await running).stdout).toBe('after reconnect');
   });
@@ -267,7 +267,7 @@ describe('kubernetes runtime: restarts and watch trouble', () => {
     const running = rt.run(s);
     const pod = await podOf(fake, s);
     fake.mainRunning(pod);
-    fake.setOutput(pod, await outputTar({ stdout: 'after 410' }));
+    fake.setOutput(pod, ({ stdout: 'after 410' }));
     // Changes while the watch is down, then the history is compacted away: the resume gets 410.
     fake.closeWatches();
     fake.mainTerminated(pod, 0);
@@ -310,7 +310,7 @@ describe('kubernetes runtime: start, health, config', () => {
     // Mid-run: the run's objects exist (the Secret is created right after the Job and its pod).
     await fake.waitFor(() => fake.get('secrets', 'sandpod-jobs', jobNameFor(s.executionId)) !== undefined, 5000, 'the run Secret');
     fake.mainRunning(pod);
-    fake.setOutput(pod, await outputTar({ stdout: 'outlived the outage' }));
+    fake.setOutput(pod, ({ stdout: 'outlived the outage' }));
     fake.setDown(true);
     fake.closeWatches();
     expect((await rt.health()).available).toBe(false);
@@ -381,7 +381,7 @@ describe('kubernetes runtime: start, health, config', () => {
       const running = r4.run(s);
       const pod = await f4.waitForPod(jobNameFor(s.executionId));
       f4.mainRunning(pod);
-      f4.setOutput(pod, await outputTar({ stdout: 'v4', files: { 'big.bin': Buffer.alloc(200_000, 7) } }));
+      f4.setOutput(pod, ({ stdout: 'v4', files: { 'big.bin': Buffer.alloc(200_000, 7) } }));
       f4.mainTerminated(pod, 0);
       const raw = await running;
       expect(raw.stdout).toBe('v4');
@@ -431,7 +431,7 @@ describe('kubernetes runtime: one guard policy, applied outside', () => {
     const running = guarded(breaker, () => rt.run(s), seen);
     const pod = await podOf(fake, s);
     fake.mainRunning(pod);
-    fake.setOutput(pod, await outputTar({ stdout: 'once' }));
+    fake.setOutput(pod, ({ stdout: 'once' }));
     fake.mainTerminated(pod, 0);
     const raw = await running;
     expect(raw.stdout).toBe('once');
@@ -494,7 +494,7 @@ describe('kubernetes runtime: truncated streams (issue #9)', () => {
     const running = rt.run(s);
     const pod = await podOf(fake, s);
     fake.mainRunning(pod);
-    fake.setOutput(pod, await outputTar({ stdout: 'x'.repeat(16), stderr: 'short', report: { exit_code: 0, stdout_truncated: true, stderr_truncated: false } }));
+    fake.setOutput(pod, ({ stdout: 'x'.repeat(16), stderr: 'short', report: { exit_code: 0, stdout_truncated: true, stderr_truncated: false } }));
     fake.mainTerminated(pod, 0);
     const raw = await running;
     expect(raw.stdout).toBe('x'.repeat(16));
@@ -507,11 +507,82 @@ describe('kubernetes runtime: truncated streams (issue #9)', () => {
     const running = rt.run(s);
     const pod = await podOf(fake, s);
     fake.mainRunning(pod);
-    fake.setOutput(pod, await outputTar({ stdout: 'ok', stderr: 'e'.repeat(40) }));
+    fake.setOutput(pod, ({ stdout: 'ok', stderr: 'e'.repeat(40) }));
     fake.mainTerminated(pod, 1);
     const raw = await running;
     expect(raw.stderr).toBe('e'.repeat(16));
     expect(raw.stderrTruncated).toBe(true);
     expect(raw.stdoutTruncated).toBe(false);
+  });
+});
+
+describe('kubernetes runtime: OOM under a gVisor sandbox (issue #9)', () => {
+  it('main OOM-killed before the collector started, the collector failing with StartError → oom, not docker_error', async () => {
+    const s = spec();
+    const running = rt.run(s);
+    const pod = await podOf(fake, s);
+    fake.schedule(pod);
+    // main starts; the program eats the sandbox's memory before the kubelet gets to the collector.
+    fake.updatePod(pod, (p) => {
+      p.status.containerStatuses.find((c: { name: string }) => c.name === 'main').state = { running: { startedAt: new Date().toISOString() } };
+    });
+    fake.mainTerminated(pod, 137, 'OOMKilled');
+    fake.terminated(pod, 'collector', 128, 'StartError');
+    const raw = await running;
+    expect(raw.observation).toMatchObject({ oomKilled: true, exitCode: 137, infraError: null });
+    expect(classify(raw).status).toBe('oom');
+  });
+
+  it('the collector StartError shows before main is seen dead (main exits 137, reason Error) → still oom', async () => {
+    const s = spec();
+    const running = rt.run(s);
+    const pod = await podOf(fake, s);
+    fake.mainRunning(pod);
+    fake.terminated(pod, 'collector', 128, 'StartError');
+    await new Promise((r) => setTimeout(r, 50));
+    fake.mainTerminated(pod, 137, 'Error');
+    const raw = await running;
+    expect(raw.observation).toMatchObject({ oomKilled: true, exitCode: 137, infraError: null });
+    expect(classify(raw)).toMatchObject({ status: 'oom', exitCode: 137 });
+    // The Job is left to its TTL, not deleted as for an image error.
+    expect(fake.get('jobs', 'sandpod-jobs', jobNameFor(s.executionId))).toBeDefined();
+  });
+
+  it('a collector that cannot start while main keeps running is still docker_error', async () => {
+    const s = spec();
+    const running = rt.run(s);
+    const pod = await podOf(fake, s);
+    fake.mainRunning(pod);
+    fake.terminated(pod, 'collector', 128, 'StartError');
+    const raw = await running;
+    expect(raw.observation.infraError).toMatchObject({ type: 'docker_error' });
+  });
+});
+
+describe('kubernetes runtime: a pod of an earlier attempt still terminating (issue #9)', () => {
+  it('a retry after a failed Secret create runs on its own pod, not on the old Job pod that lingers', async () => {
+    const f2 = await FakeKube.start({ schedulePods: true, podDeletionDelayMs: 3000 });
+    const r2 = await startRuntime(f2);
+    try {
+      const s = spec();
+      const name = jobNameFor(s.executionId);
+      f2.failNext(/\/secrets$/, 500, 1, 'POST');
+      const running = withRetry(() => r2.run(s), { attempts: 2, baseDelayMs: 1 });
+      // The first attempt's Job is deleted; its pod, bound to the node, lingers while terminating.
+      await f2.waitFor(() => f2.list('pods').some((p) => p.metadata.labels?.['job-name'] === name && p.metadata.deletionTimestamp), 5000, 'old pod terminating');
+      const old = f2.list('pods').find((p) => p.metadata.deletionTimestamp)!.metadata.name;
+      const pod = await f2.waitForCurrentPod(name);
+      expect(pod).not.toBe(old);
+      f2.mainRunning(pod);
+      f2.setOutput(pod, { stdout: 'second attempt' });
+      f2.mainTerminated(pod, 0);
+      const raw = await running;
+      expect(raw.observation).toMatchObject({ exitCode: 0, infraError: null });
+      expect(raw.stdout).toBe('second attempt');
+      expect(f2.get('pods', 'sandpod-jobs', old)).toBeDefined();
+    } finally {
+      await r2.stop();
+      await f2.close();
+    }
   });
 });

@@ -7,7 +7,6 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { jobNameFor } from '../../../src/runtime/kubernetes/names.ts';
 import { freshDatabase, type TestDatabase } from '../../support/db.ts';
 import { FakeKube } from '../../support/fake-kube/server.ts';
-import { outputTar } from '../../support/fake-kube/tar.ts';
 import { useFakeKubeconfig } from '../../support/kube-runtime.ts';
 import { startTestService, type TestService } from '../../support/service.ts';
 
@@ -49,7 +48,7 @@ async function succeed(pod: string, o: { stdout?: string; exit?: number; report?
   fake.mainRunning(pod);
   fake.setOutput(
     pod,
-    await outputTar({
+    ({
       phase: o.exit ? 'failed' : 'completed',
       stdout: o.stdout ?? '',
       stderr: '',
@@ -110,7 +109,7 @@ describe('service on the kubernetes runtime', () => {
     const pod = await fake.waitForPod(jobNameFor(id));
     fake.schedule(pod);
     fake.mainRunning(pod);
-    fake.setOutput(pod, await outputTar({ phase: 'execution', stdout: '', stderr: '', report: {} }));
+    fake.setOutput(pod, ({ phase: 'execution', stdout: '', stderr: '', report: {} }));
     fake.terminated(pod, 'main', 137, 'OOMKilled');
     const rec = (await (await svc.get(`/jobs/${id}/result?wait=true&timeout=10`)).json()) as J;
     expect(rec).toMatchObject({ status: 'oom', exit_code: 137, error: { type: 'oom' } });

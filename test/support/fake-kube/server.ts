@@ -7,15 +7,24 @@
  *   older than the retained history (`compact()`), `timeoutSeconds`, server-side watch closes;
  * - create/get/delete of Jobs, Secrets and Pods with 409 AlreadyExists / 404 NotFound Status bodies
  *   and `propagationPolicy` (Jobs default to Orphan as in batch/v1; Background/Foreground delete the
- *   owned pods and Secrets); pod deletion is graceful (deletionTimestamp first) unless grace is 0;
+ *   owned pods and Secrets, each pod with its own grace period, as the garbage collector does);
+ * - pod deletion as the API server and kubelet do it: a pod not bound to a node, or already finished,
+ *   goes at once, as does one deleted with `gracePeriodSeconds: 0`; any other lingers with
+ *   `deletionTimestamp` (now + the delete's `gracePeriodSeconds`, else the pod's
+ *   `terminationGracePeriodSeconds`, else 30 s), its running containers get SIGTERM and move to
+ *   terminated (the run pod's: the runner kills the program and exits 137, the collector traps TERM
+ *   and exits 0, others die of the signal, 143; a container in `sigtermIgnoredBy` is killed at the
+ *   end of the grace period, 137), and the object disappears once they all stopped;
  * - a Job creates its pod the way the Job controller does (`<job>-<5 chars>`, `job-name` and
  *   `controller-uid` labels, a controller ownerReference) and follows the pod to Complete/Failed;
  * - pod status driven by the test (init running, main running/terminated with exit code and reason,
  *   OOMKilled, image pull errors, unschedulable, eviction, deletion, the Job deadline);
  * - RuntimeClasses and JobType custom resources;
  * - exec over WebSocket with the `v5.channel.k8s.io` / `v4.channel.k8s.io` subprotocols: channel
- *   byte first (1 stdout, 2 stderr, 3 Status JSON; v5 also 255 = close channel), streaming a tar the
- *   test prepared for `collector`, and the release command that lets the collector exit.
+ *   byte first (1 stdout, 2 stderr, 3 Status JSON; v5 also 255 = close channel), opening with the
+ *   empty frame a real server sends on each channel it writes; the collector's `tar` is the real
+ *   `tar` command run over a temporary directory holding the pod's `/output` (or a canned archive
+ *   for hostile cases), streamed as it runs; and the release command that lets the collector exit.
  *
  * - faults as real servers have them: injected error answers (`failNext`, optionally after the write
  *   was carried out, as when the server times out after etcd stored it), an outage (`setDown`),
@@ -23,11 +32,16 @@
  *
  * Every request is counted (`requests`), so tests and the bench can assert API calls per run.
  */
+import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import http from 'node:http';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import type { AddressInfo, Socket } from 'node:net';
 import { KubeConfig } from '@kubernetes/client-node';
 import { WebSocketServer, type WebSocket } from 'ws';
+import { writeOutputDir, type RunOutputs } from './tar.ts';
 
 /** A stored object (JSON as the API would serve it). */
 export type KObj = {
@@ -100,8 +114,17 @@ export interface FakeKubeOptions {
   goneAsHttp?: boolean;
   /** Create the Job's pod automatically (default true). */
   jobCreatesPod?: boolean;
-  /** Delay before a gracefully deleted pod disappears, ms. */
+  /**
+   * How long the kubelet takes to remove a gracefully deleted pod once its containers stopped, ms
+   * (default 20; kubelet 1.20 waits for its container garbage collection, up to a minute).
+   */
   podDeletionDelayMs?: number;
+  /** How long containers take to stop after SIGTERM, ms (default 10). */
+  containerStopMs?: number;
+  /** Containers (by name) that ignore SIGTERM: killed (137) when the grace period ends. */
+  sigtermIgnoredBy?: string[];
+  /** Bind each new pod to the node at once, as an idle scheduler does (default false: tests schedule). */
+  schedulePods?: boolean;
 }
 
 type Selector = { key: string; op: '=' | '!=' | 'exists' | '!exists'; value?: string }[];
@@ -162,7 +185,10 @@ export class FakeKube {
   private oldestRv = 0;
   private readonly watchers = new Set<Watcher>();
   private readonly sockets = new Set<Socket>();
+  /** Canned archives (hostile cases) by pod name; otherwise `tar` runs over `outputDir(pod)`. */
   private readonly outputs = new Map<string, Buffer>();
+  private readonly root = mkdtempSync(path.join(tmpdir(), 'fake-kube-'));
+  private readonly timers = new Set<NodeJS.Timeout>();
   private execHandler: ExecHandler | null = null;
   private readonly failures: { method?: string; path: RegExp; status: number; times: number; afterCommit: boolean }[] = [];
   private down = false;
@@ -202,7 +228,9 @@ export class FakeKube {
     this.watchers.clear();
     for (const c of this.wss.clients) c.terminate();
     for (const s of this.sockets) s.destroy();
+    for (const t of this.timers) clearTimeout(t);
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
+    rmSync(this.root, { recursive: true, force: true });
   }
 
   /** A KubeConfig pointing at this server (token auth, plain HTTP). */
@@ -362,6 +390,22 @@ export class FakeKube {
     return this.list('pods').find((p) => p.metadata.labels?.['job-name'] === jobName);
   }
 
+  /** Waits until the Job that now bears `jobName` has a pod, and returns that pod's name. */
+  async waitForCurrentPod(jobName: string, ns = 'sandpod-jobs', timeoutMs = 5000): Promise<string> {
+    let found = '';
+    await this.waitFor(
+      () => {
+        const uid = this.get('jobs', ns, jobName)?.metadata.uid;
+        const pod = uid ? this.list('pods', ns).find((p) => p.metadata.ownerReferences?.some((r) => r.uid === uid)) : undefined;
+        found = pod?.metadata.name ?? '';
+        return found !== '';
+      },
+      timeoutMs,
+      `a pod of the current Job ${jobName}`,
+    );
+    return found;
+  }
+
   /** Waits until a pod for the Job exists and returns its name. */
   async waitForPod(jobName: string, timeoutMs = 5000): Promise<string> {
     const until = Date.now() + timeoutMs;
@@ -405,6 +449,8 @@ export class FakeKube {
     const spec = [...(pod.spec.initContainers ?? []), ...pod.spec.containers].find((c: { name: string }) => c.name === container);
     const i = list.findIndex((c) => c.name === container);
     const entry = { name: container, image: spec?.image ?? '', imageID: '', restartCount: 0, ready: false, started: false, state, ...extra };
+    // Container states are the kubelet's: the pod is bound to a node by then.
+    pod.spec.nodeName ??= 'fake-node';
     if (i >= 0) list[i] = entry;
     else list.push(entry);
   }
@@ -486,8 +532,8 @@ export class FakeKube {
     );
   }
 
-  /** Deletes a pod the way `kubectl delete pod` does (graceful unless `graceSeconds` is 0). */
-  deletePod(name: string, graceSeconds = 30): void {
+  /** Deletes a pod the way `kubectl delete pod` does: with its own grace period unless `graceSeconds` is given. */
+  deletePod(name: string, graceSeconds?: number): void {
     const pod = this.findPod(name);
     this.deletePodObject(pod, graceSeconds);
   }
@@ -497,7 +543,7 @@ export class FakeKube {
    * then records `Failed`/`DeadlineExceeded` on the Job.
    */
   async expireJobDeadline(jobName: string, ns = 'sandpod-jobs'): Promise<void> {
-    for (const p of this.list('pods', ns).filter((x) => x.metadata.labels?.['job-name'] === jobName)) this.deletePodObject(p, 0);
+    for (const p of this.list('pods', ns).filter((x) => x.metadata.labels?.['job-name'] === jobName)) this.deletePodObject(p);
     await new Promise((r) => setTimeout(r, 20));
     const job = this.get('jobs', ns, jobName);
     if (!job) return;
@@ -510,9 +556,26 @@ export class FakeKube {
     this.put('jobs', job);
   }
 
-  /** The tar the `collector` streams for this pod's `/output`. */
-  setOutput(podName: string, tar: Buffer): void {
-    this.outputs.set(podName, tar);
+  /**
+   * What this pod's `/output` holds: written to the directory the collector's real `tar` archives.
+   * A Buffer is a canned archive streamed as is, for hostile archives no directory can produce.
+   */
+  setOutput(podName: string, output: RunOutputs | Buffer): void {
+    if (Buffer.isBuffer(output)) {
+      this.outputs.set(podName, output);
+      return;
+    }
+    this.outputs.delete(podName);
+    const dir = this.outputDir(podName);
+    rmSync(dir, { recursive: true, force: true });
+    writeOutputDir(dir, output);
+  }
+
+  /** The directory standing for a pod's `/output` (empty until {@link setOutput}). */
+  outputDir(podName: string): string {
+    const dir = path.join(this.root, podName, 'output');
+    mkdirSync(dir, { recursive: true });
+    return dir;
   }
 
   /** Overrides exec behaviour (return undefined to fall back to the default). */
@@ -520,19 +583,52 @@ export class FakeKube {
     this.execHandler = handler;
   }
 
-  private deletePodObject(pod: KObj, graceSeconds: number): void {
+  private later(ms: number, fn: () => void): void {
+    const t = setTimeout(() => {
+      this.timers.delete(t);
+      fn();
+    }, ms);
+    this.timers.add(t);
+  }
+
+  /**
+   * Deletes a pod as the API server and the kubelet do (see the module comment). `graceSeconds`
+   * is the delete's `gracePeriodSeconds`; undefined means the pod's own.
+   */
+  private deletePodObject(pod: KObj, graceSeconds?: number): void {
     const ns = pod.metadata.namespace;
     const name = pod.metadata.name;
-    if (graceSeconds === 0) {
+    const grace = graceSeconds ?? pod.spec?.terminationGracePeriodSeconds ?? 30;
+    const finished = pod.status?.phase === 'Succeeded' || pod.status?.phase === 'Failed';
+    if (grace === 0 || !pod.spec?.nodeName || finished) {
       this.remove('pods', ns, name);
       return;
     }
-    if (!pod.metadata.deletionTimestamp) {
-      pod.metadata.deletionTimestamp = kubeTime(Date.now() + graceSeconds * 1000);
-      (pod.metadata as Record<string, unknown>).deletionGracePeriodSeconds = graceSeconds;
-      this.put('pods', pod);
-    }
-    setTimeout(() => this.remove('pods', ns, name), this.opts.podDeletionDelayMs ?? 20);
+    if (pod.metadata.deletionTimestamp) return; // already terminating: the first grace period stands
+    pod.metadata.deletionTimestamp = kubeTime(Date.now() + grace * 1000);
+    (pod.metadata as Record<string, unknown>).deletionGracePeriodSeconds = grace;
+    this.put('pods', pod);
+    const ignored = new Set(this.opts.sigtermIgnoredBy ?? []);
+    const stop = (exitCodeOf: (container: string) => number | null) => {
+      const current = this.get('pods', ns, name);
+      if (!current) return;
+      this.updatePod(name, (p) => {
+        for (const c of (p.status.containerStatuses ?? []) as { name: string; state: any }[]) {
+          const code = c.state?.running ? exitCodeOf(c.name) : null;
+          if (code === null) continue;
+          c.state = { terminated: { exitCode: code, reason: code === 0 ? 'Completed' : 'Error', startedAt: c.state.running.startedAt, finishedAt: kubeTime() } };
+        }
+      });
+      const after = this.get('pods', ns, name);
+      const running = ((after?.status.containerStatuses ?? []) as { state: any }[]).some((c) => c.state?.running);
+      if (after && !running) this.later(this.opts.podDeletionDelayMs ?? 20, () => this.remove('pods', ns, name));
+    };
+    // SIGTERM: what the run pod's containers do with it.
+    this.later(this.opts.containerStopMs ?? 10, () =>
+      stop((c) => (ignored.has(c) ? null : c === 'collector' ? 0 : c === 'main' ? 137 : 143)),
+    );
+    // The grace period ends: SIGKILL for whatever still runs.
+    this.later(grace * 1000, () => stop(() => 137));
   }
 
   /** Follows a pod's phase onto its Job's status (Complete / Failed), like the Job controller. */
@@ -592,6 +688,10 @@ export class FakeKube {
         })),
       },
     };
+    if (this.opts.schedulePods) {
+      Object.assign(pod.spec, { nodeName: 'fake-node' });
+      Object.assign(pod.status, { conditions: [{ type: 'PodScheduled', status: 'True', lastTransitionTime: kubeTime() }] });
+    }
     this.put('pods', pod);
     job.status = { ...(job.status ?? {}), startTime: kubeTime(), active: 1 };
     this.put('jobs', job);
@@ -725,7 +825,7 @@ export class FakeKube {
     if (!obj) return this.json(res, 404, notFound(kind, name));
     const policy: string = body?.propagationPolicy ?? url.searchParams.get('propagationPolicy') ?? (kind === 'jobs' ? 'Orphan' : 'Background');
     const graceRaw = body?.gracePeriodSeconds ?? url.searchParams.get('gracePeriodSeconds');
-    const grace = graceRaw === null || graceRaw === undefined ? 30 : Number(graceRaw);
+    const grace = graceRaw === null || graceRaw === undefined ? undefined : Number(graceRaw);
     if (kind === 'pods') {
       this.deletePodObject(obj, grace);
       return this.json(res, 200, obj);
@@ -741,9 +841,10 @@ export class FakeKube {
       this.remove(kind, ns, name);
     } else {
       this.remove(kind, ns, name);
-      // The garbage collector removes dependents shortly after the owner.
+      // The garbage collector removes dependents shortly after the owner, with default options: a
+      // pod gets its own grace period, whatever the owner's delete said.
       setTimeout(() => {
-        for (const d of dependents('pods')) this.deletePodObject(d, grace);
+        for (const d of dependents('pods')) this.deletePodObject(d);
         for (const d of dependents('secrets')) this.remove('secrets', ns, d.metadata.name);
       }, 5);
     }
@@ -795,40 +896,51 @@ export class FakeKube {
   private async runExec(ws: WebSocket, call: ExecCall, pod: KObj): Promise<void> {
     const v5 = call.protocol === 'v5.channel.k8s.io';
     const frame = (channel: number, data: Buffer | string) => {
+      if (ws.readyState !== ws.OPEN) return;
       const payload = Buffer.isBuffer(data) ? data : Buffer.from(data, 'utf8');
       ws.send(Buffer.concat([Buffer.from([channel]), payload]));
     };
+    // A real API server opens every channel it writes (stdout, stderr, error) with an empty frame.
+    for (const channel of [1, 2, 3]) frame(channel, Buffer.alloc(0));
+    // Real servers send large outputs in many frames; so do we, respecting the socket's buffer.
+    const CHUNK = 32 * 1024;
+    const drained = async () => {
+      while (ws.readyState === ws.OPEN && ws.bufferedAmount > 4 * CHUNK) await new Promise((r) => setTimeout(r, 1));
+    };
     const custom = this.execHandler?.(call);
-    let stdout: Buffer = Buffer.alloc(0);
     let stderr = '';
     let exitCode = 0;
     const cmd = call.command.join(' ');
+    const sendAll = async (stdout: Buffer) => {
+      for (let i = 0; i < stdout.length; i += CHUNK) {
+        if (ws.readyState !== ws.OPEN) return;
+        frame(1, stdout.subarray(i, i + CHUNK));
+        await drained();
+      }
+    };
     if (custom) {
-      stdout = custom.stdout ?? Buffer.alloc(0);
       stderr = custom.stderr ?? '';
       exitCode = custom.exitCode ?? 0;
       if (custom.delayMs) await new Promise((r) => setTimeout(r, custom.delayMs));
+      const stdout = custom.stdout ?? Buffer.alloc(0);
       if (custom.breakAfterBytes !== undefined) {
         frame(1, stdout.subarray(0, custom.breakAfterBytes));
         await new Promise((r) => setTimeout(r, 5));
         ws.terminate();
         return;
       }
+      await sendAll(stdout);
     } else if (call.command[0] === 'tar') {
-      stdout = this.outputs.get(call.pod) ?? (await emptyTar());
+      const canned = this.outputs.get(call.pod);
+      if (canned) await sendAll(canned);
+      else ({ stderr, exitCode } = await this.runTar(ws, call, frame, drained));
     } else if (cmd.includes('/control/release')) {
       this.releaseCollector(pod);
     } else {
       stderr = `sh: ${call.command[0]}: not found\n`;
       exitCode = 127;
     }
-    // Real servers send large outputs in many frames; so do we, respecting the socket's buffer.
-    const CHUNK = 32 * 1024;
-    for (let i = 0; i < stdout.length; i += CHUNK) {
-      if (ws.readyState !== ws.OPEN) return;
-      frame(1, stdout.subarray(i, i + CHUNK));
-      if (ws.bufferedAmount > 4 * CHUNK) await new Promise((r) => setTimeout(r, 1));
-    }
+    if (ws.readyState !== ws.OPEN) return;
     if (stderr) frame(2, stderr);
     if (v5) {
       ws.send(Buffer.from([255, 1]));
@@ -850,21 +962,49 @@ export class FakeKube {
     );
     ws.close(1000);
   }
+
+  /**
+   * Runs the exec'd `tar` for real, with the container's `/output` standing for the pod's directory,
+   * streaming its stdout as it comes (paused while the socket is backed up); killed if the client
+   * goes away.
+   */
+  private runTar(
+    ws: WebSocket,
+    call: ExecCall,
+    frame: (channel: number, data: Buffer) => void,
+    drained: () => Promise<void>,
+  ): Promise<{ stderr: string; exitCode: number }> {
+    const dir = this.outputDir(call.pod);
+    const args = call.command.slice(1).map((a) => (a === '/output' || a.startsWith('/output/') ? dir + a.slice('/output'.length) : a));
+    return new Promise((resolve) => {
+      const child = spawn('tar', args, { stdio: ['ignore', 'pipe', 'pipe'] });
+      let stderr = '';
+      const onClose = () => child.kill('SIGKILL');
+      ws.once('close', onClose);
+      child.stdout.on('data', (c: Buffer) => {
+        frame(1, c);
+        if (ws.bufferedAmount > 128 * 1024) {
+          child.stdout.pause();
+          void drained().then(() => child.stdout.resume());
+        }
+      });
+      child.stderr.on('data', (c: Buffer) => (stderr += c.toString('utf8')));
+      child.on('error', (err) => {
+        ws.off('close', onClose);
+        resolve({ stderr: `tar: ${err.message}\n`, exitCode: 127 });
+      });
+      child.on('close', (code, signal) => {
+        ws.off('close', onClose);
+        resolve({ stderr, exitCode: code ?? (signal ? 137 : 1) });
+      });
+    });
+  }
 }
 
 /** A response that goes nowhere: the answer of a request whose reply is lost (`failNext` afterCommit). */
 function discardingResponse(): http.ServerResponse {
   const sink = { writeHead: () => sink, write: () => true, end: () => sink, flushHeaders: () => undefined, on: () => sink };
   return sink as unknown as http.ServerResponse;
-}
-
-let emptyTarCache: Buffer | null = null;
-async function emptyTar(): Promise<Buffer> {
-  if (!emptyTarCache) {
-    const { makeTar } = await import('./tar.ts');
-    emptyTarCache = await makeTar([{ name: './', type: 'directory' }]);
-  }
-  return emptyTarCache;
 }
 
 function notFound(kind: Kind, name: string): object {

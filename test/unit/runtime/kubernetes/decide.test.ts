@@ -208,14 +208,15 @@ const rows: Row[] = [
     job,
     pod: makePod().phase('Running').running('main', T0 + 5 * S).terminated('collector', 128, 'StartError', T0 + 6 * S, T0 + 6 * S).obj(),
     now: T0 + 7 * S,
-    expect: (a) => expect(a).toEqual([{ type: 'wakeAt', at: T0 + 9 * S }]),
+    // finishedAt has whole seconds: one more second, then the grace.
+    expect: (a) => expect(a).toEqual([{ type: 'wakeAt', at: T0 + 10 * S }]),
   },
   {
     name: 'collector StartError, main still running after the grace → docker_error (a real start failure)',
     run: run({ phaseReported: 'execution' }),
     job,
     pod: makePod().phase('Running').running('main', T0 + 5 * S).terminated('collector', 128, 'StartError', T0 + 6 * S, T0 + 6 * S).obj(),
-    now: T0 + 9 * S,
+    now: T0 + 10 * S,
     expect: (a) => {
       expect(types(a)).toEqual(['deleteJob', 'finish']);
       expect(finishOf(a).infraError).toMatchObject({ type: 'docker_error' });

@@ -130,6 +130,20 @@ describe('parseOutputTar', () => {
     await expect(parse(tar.subarray(0, 1200))).rejects.toThrow();
   });
 
+  it('reads what GNU tar writes for long names (././@LongLink records) and lists artifacts by name', async () => {
+    const long = `${'l'.repeat(180)}.txt`;
+    const out = await parse(await outputTar({ stdout: 'ok', files: { [long]: 'long', 'b.txt': 'b', 'a.txt': 'a' } }));
+    expect(out.artifacts.map((a) => a.name)).toEqual(['a.txt', 'b.txt', long]);
+    expect(out.artifacts[2]!.data!.toString()).toBe('long');
+    expect(out.rejected).toEqual([]);
+  });
+
+  it('an empty /output as tar archives it gives no artifacts and no streams', async () => {
+    const out = await parse(await outputTar({}));
+    expect(out.entries).toBe(1);
+    expect(out).toMatchObject({ stdout: '', stderr: '', artifacts: [], truncated: false, report: null });
+  });
+
   it('accepts an empty stream as an empty /output', async () => {
     const out = await parse(Buffer.alloc(0));
     expect(out.entries).toBe(0);
