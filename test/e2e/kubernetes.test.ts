@@ -7,15 +7,21 @@
  * It applies crds/ and test/e2e/manifests/ (namespaces, RuntimeClass, JobTypes), then drives
  * `createKubernetesRuntime` and the JobType registry through the same behaviours as the adapter
  * tests against the fake: success with outputs, a clean environment, runner and startup timeouts,
- * OOM, image errors, cancellation and adoption by a new runtime instance.
+ * OOM, image errors, cancellation and adoption by a new runtime instance; and that what a program
+ * prints is kept as on the local runtime (streams cut at max_stdout_bytes with the truncation flags
+ * set, NUL kept, invalid UTF-8 as U+FFFD).
  */
 import { randomUUID } from 'node:crypto';
-import { readdirSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { KubeConfig, KubernetesObjectApi, type KubernetesObject } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import YAML from 'yaml';
 import { parseConfig, type Config } from '../../src/config.ts';
+import { classify } from '../../src/executions/classify.ts';
 import { KubernetesJobTypeRegistry } from '../../src/jobtypes/kubernetes-registry.ts';
+import { readStream } from '../../src/runtime/local/collect.ts';
 import { createKubernetesRuntime } from '../../src/runtime/kubernetes/index.ts';
 import { jobNameFor } from '../../src/runtime/kubernetes/names.ts';
 import type { Runtime, RunSpec } from '../../src/runtime/runtime.ts';
@@ -24,6 +30,17 @@ const KUBECONFIG = process.env.SANDPOD_E2E_KUBECONFIG;
 const IMAGE = process.env.SANDPOD_E2E_IMAGE ?? 'ghcr.io/sandpod/executor:0.1.0';
 const GVISOR = process.env.SANDPOD_E2E_GVISOR === '1';
 const NS = 'sandpod-e2e';
+
+/** What the local runtime makes of a stream file holding `bytes`, with its cap: the same rule is expected here. */
+function decodedLocally(bytes: Buffer, cap: number): { text: string; truncated: boolean } {
+  const dir = mkdtempSync(path.join(tmpdir(), 'sp-e2e-local-'));
+  try {
+    writeFileSync(path.join(dir, '.svc_stdout'), bytes);
+    return readStream(dir, '.svc_stdout', cap);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
 const RUNS_NS = 'sandpod-e2e-jobs';
 
 function manifests(): KubernetesObject[] {
@@ -154,6 +171,34 @@ describe.skipIf(!KUBECONFIG)('kubernetes e2e (needs SANDPOD_E2E_KUBECONFIG and S
     expect(raw.stdout.split('\n')).toEqual(['[]', 'False', '1000', '']);
   }, 300_000);
 
+  it('stdout past max_stdout_bytes is cut and stdout_truncated set, as on the local runtime', async () => {
+    // 2,000 bytes of two-byte characters with a cap of 1,001: the cut splits one of them.
+    const raw = await rt.run(spec('import sys\nsys.stdout.write("\u00e9" * 1000)\nsys.stderr.write("e" * 10)\n', { maxStdoutBytes: 1001 }));
+    expect(raw.observation).toMatchObject({ exitCode: 0, infraError: null });
+    const local = decodedLocally(Buffer.from('\u00e9'.repeat(1000), 'utf8'), 1001);
+    expect(raw.stdout).toBe(local.text);
+    expect(raw.stdout).toBe(`${'\u00e9'.repeat(500)}\ufffd`);
+    expect(raw.stdoutTruncated).toBe(true);
+    expect(raw.stderr).toBe('e'.repeat(10));
+    expect(raw.stderrTruncated).toBe(false);
+    expect(raw.report).toMatchObject({ stdout_truncated: true, stderr_truncated: false });
+  }, 300_000);
+
+  it('NUL bytes and invalid UTF-8 in stdout and stderr are decoded as on the local runtime', async () => {
+    const out = Buffer.from([0x61, 0x00, 0x62, 0xff, 0x63, 0xe2, 0x82, 0x64, 0xed, 0xa0, 0x80, 0x0a]);
+    const err = Buffer.from([0x00, 0xc3, 0x28, 0xf0, 0x9f, 0x98]);
+    const hex = (b: Buffer) => b.toString('hex');
+    const raw = await rt.run(
+      spec(`import sys\nsys.stdout.buffer.write(bytes.fromhex("${hex(out)}"))\nsys.stderr.buffer.write(bytes.fromhex("${hex(err)}"))\n`),
+    );
+    expect(raw.observation).toMatchObject({ exitCode: 0, infraError: null });
+    expect(raw.stdout).toBe(decodedLocally(out, 32768).text);
+    expect(raw.stderr).toBe(decodedLocally(err, 32768).text);
+    expect(raw.stdout).toBe('a\u0000b\ufffdc\ufffdd\ufffd\ufffd\ufffd\n');
+    expect(raw.stderr).toBe('\u0000\ufffd(\ufffd');
+    expect(raw.stdoutTruncated || raw.stderrTruncated).toBe(false);
+  }, 300_000);
+
   it('execution timeout: the runner kills the code and says so', async () => {
     const raw = await rt.run(spec('while True:\n    pass\n', { timeoutSec: 3 }));
     expect(raw.observation.exitCode).toBe(124);
@@ -163,6 +208,8 @@ describe.skipIf(!KUBECONFIG)('kubernetes e2e (needs SANDPOD_E2E_KUBECONFIG and S
   it('OOM: the memory limit is enforced and reported', async () => {
     const raw = await rt.run(spec('x = []\nwhile True:\n    x.append(bytearray(8 * 1024 * 1024))\n', { jobTypeName: 'tiny-memory' }));
     expect(raw.observation.oomKilled || raw.observation.exitCode === 137).toBe(true);
+    expect(raw.observation.infraError).toBeNull();
+    expect(classify(raw).status).toBe('oom');
   }, 300_000);
 
   it('startup timeout when the pod cannot be scheduled; the Job is deleted', async () => {
@@ -180,10 +227,31 @@ describe.skipIf(!KUBECONFIG)('kubernetes e2e (needs SANDPOD_E2E_KUBECONFIG and S
     expect(Date.now() - t0).toBeLessThan(120_000);
   }, 300_000);
 
-  it('cancellation deletes the Job and reports cancelled', async () => {
+  it('cancellation deletes the Job and reports cancelled; the pod terminates as the fake API server models it', async () => {
     const ac = new AbortController();
-    const raw = await rt.run(spec('import time\ntime.sleep(120)\n'), { signal: ac.signal, onPhase: (p) => p === 'execution' && setTimeout(() => ac.abort(), 2000) });
+    const s = spec('import time\ntime.sleep(120)\n');
+    const raw = await rt.run(s, { signal: ac.signal, onPhase: (p) => p === 'execution' && setTimeout(() => ac.abort(), 2000) });
     expect(raw.observation.cancelled).toBe(true);
+    // What test/support/fake-kube models: the pod lingers with deletionTimestamp (its own grace
+    // period, not the Job delete's 0), the runner answers SIGTERM by killing the program and exiting
+    // 137, the collector traps it and exits 0.
+    const core = kc.makeApiClient((await import('@kubernetes/client-node')).CoreV1Api);
+    const selector = `job-name=${jobNameFor(s.executionId)}`;
+    let seen: { deleting: boolean; grace: number | undefined; codes: Record<string, number | undefined> } | null = null;
+    for (let i = 0; i < 40 && !seen; i++) {
+      const pod = (await core.listNamespacedPod({ namespace: RUNS_NS, labelSelector: selector })).items[0];
+      if (!pod) break;
+      const states = pod.status?.containerStatuses ?? [];
+      if (states.length > 0 && states.every((c) => c.state?.terminated)) {
+        seen = {
+          deleting: !!pod.metadata?.deletionTimestamp,
+          grace: pod.metadata?.deletionGracePeriodSeconds,
+          codes: Object.fromEntries(states.map((c) => [c.name, c.state?.terminated?.exitCode])),
+        };
+      } else await new Promise((r) => setTimeout(r, 500));
+    }
+    if (seen) expect(seen).toEqual({ deleting: true, grace: 5, codes: { main: 137, collector: 0 } });
+    else console.warn('cancelled run pod gone before its terminated containers could be read');
   }, 300_000);
 
   it('a new runtime instance adopts a run started by one that stopped', async () => {
