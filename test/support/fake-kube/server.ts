@@ -588,6 +588,7 @@ export class FakeKube {
       this.timers.delete(t);
       fn();
     }, ms);
+    t.unref();
     this.timers.add(t);
   }
 
