@@ -102,6 +102,15 @@ export function contentTypeFor(name: string): string {
 }
 
 /**
+ * The one rule for what a program printed or wrote as text (stdout, stderr, result.json), on every
+ * runtime: UTF-8, each invalid sequence as U+FFFD, everything else kept — NUL and a leading BOM too.
+ */
+export function decodeText(bytes: Uint8Array): string {
+  return UTF8.decode(bytes);
+}
+const UTF8 = new TextDecoder('utf-8', { ignoreBOM: true });
+
+/**
  * The observation of a run at `startedAt` (epoch ms) before anything happened: no exit, no
  * timeout, phase `startup`, all durations 0. Runtimes start from it and fill in what they saw.
  */

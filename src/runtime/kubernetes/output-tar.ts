@@ -9,6 +9,7 @@ import type { Readable } from 'node:stream';
 import * as tar from 'tar-stream';
 import {
   contentTypeFor,
+  decodeText,
   MAX_REPORT_BYTES,
   parseRunnerReport,
   PHASE_FILE,
@@ -219,7 +220,7 @@ export function parseOutputTar(source: Readable, limits: OutputLimits): Promise<
       if (topLevel && name in STREAM_FILES) {
         const which = STREAM_FILES[name as keyof typeof STREAM_FILES];
         return read(limits.maxStdoutBytes, (kept, size) => {
-          out[which] = kept.toString('utf8');
+          out[which] = decodeText(kept);
           if (size > limits.maxStdoutBytes) {
             if (which === 'stdout') out.stdoutTruncated = true;
             else out.stderrTruncated = true;
@@ -235,7 +236,7 @@ export function parseOutputTar(source: Readable, limits: OutputLimits): Promise<
       if (topLevel && name === RESULT_FILE) {
         return read(limits.maxArtifactBytes, (kept, size) => {
           if (size > limits.maxArtifactBytes) out.resultJsonTooLarge = true;
-          else out.resultJson = kept.toString('utf8');
+          else out.resultJson = decodeText(kept);
         });
       }
       const reserved = topLevel && (RESERVED_ARTIFACT_NAMES as readonly string[]).includes(name);

@@ -19,6 +19,7 @@ import path from 'node:path';
 import {
   CONTROL_FILES,
   contentTypeFor,
+  decodeText,
   MAX_REPORT_BYTES,
   parseRunnerReport,
   REPORT_FILE,
@@ -67,7 +68,7 @@ export function readReport(outputDir: string): RunnerReport | null {
 export function readStream(outputDir: string, name: typeof STDOUT_FILE | typeof STDERR_FILE, cap: number): { text: string; truncated: boolean } {
   const f = readRegularFile(path.join(outputDir, name), cap);
   if (!f) return { text: '', truncated: false };
-  return { text: new TextDecoder('utf-8').decode(f.data), truncated: f.tooLarge };
+  return { text: decodeText(f.data), truncated: f.tooLarge };
 }
 
 /** `result.json` text and the artifacts of an output directory. */
@@ -90,7 +91,7 @@ export function collectOutputs(outputDir: string, maxArtifactBytes: number): { r
       const f = readRegularFile(file, maxArtifactBytes);
       if (f) {
         resultJsonTooLarge = f.tooLarge;
-        resultJson = f.tooLarge ? null : f.data.toString('utf8');
+        resultJson = f.tooLarge ? null : decodeText(f.data);
       }
       continue;
     }
@@ -129,7 +130,7 @@ export function collectOutputs(outputDir: string, maxArtifactBytes: number): { r
 
 /** A captured stream as the runner would have kept it: the first `cap` bytes (the caps let one more through). */
 function capped(b: Buffer, cap: number): { text: string; truncated: boolean } {
-  return { text: new TextDecoder('utf-8').decode(b.subarray(0, cap)), truncated: b.length > cap };
+  return { text: decodeText(b.subarray(0, cap)), truncated: b.length > cap };
 }
 
 /**

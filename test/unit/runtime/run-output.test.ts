@@ -3,8 +3,8 @@ import path from 'node:path';
 import { Readable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import { parseOutputTar } from '../../../src/runtime/kubernetes/output-tar.ts';
-import { collectOutputs, readReport } from '../../../src/runtime/local/collect.ts';
-import { baseObservation, contentTypeFor, emptyRun, parseRunnerReport, REPORT_FILE } from '../../../src/runtime/run-output.ts';
+import { collectOutputs, readReport, readStream } from '../../../src/runtime/local/collect.ts';
+import { baseObservation, contentTypeFor, decodeText, emptyRun, parseRunnerReport, REPORT_FILE, STDOUT_FILE } from '../../../src/runtime/run-output.ts';
 import { makeTar } from '../../support/fake-kube/tar.ts';
 
 /** Name → the Content-Type both runtimes must give it. */
@@ -89,5 +89,28 @@ describe('baseObservation and emptyRun', () => {
     expect(obs).toMatchObject({ exitCode: null, timedOut: null, oomKilled: false, cancelled: true, phase: 'startup', totalMs: 0 });
     expect(obs.startedAt.getTime()).toBe(1_700_000_000_000);
     expect(emptyRun(obs)).toEqual({ observation: obs, report: null, stdout: '', stderr: '', stdoutTruncated: false, stderrTruncated: false, resultJson: null, artifacts: [] });
+  });
+});
+
+describe('decodeText: one rule for printed text on both runtimes', () => {
+  // BOM, NUL, an invalid byte, a truncated sequence, an overlong encoding, a lone surrogate's bytes.
+  const bytes = Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from('a\u0000b'), Buffer.from([0xff, 0x7c, 0xe2, 0x82, 0x7c, 0xc0, 0xaf, 0x7c, 0xed, 0xa0, 0x80])]);
+  const expected = '\ufeffa\u0000b\ufffd|\ufffd|\ufffd\ufffd|\ufffd\ufffd\ufffd';
+
+  it('keeps a leading BOM and NUL, and turns each invalid sequence into U+FFFD', () => {
+    expect(decodeText(bytes)).toBe(expected);
+  });
+
+  it('gives the same stdout through the local collector and the Kubernetes archive', async () => {
+    const dir = outDir();
+    writeFileSync(path.join(dir, STDOUT_FILE), bytes);
+    expect(readStream(dir, STDOUT_FILE, 1000).text).toBe(expected);
+    const tar = await parseOutputTar(Readable.from([await makeTar([{ name: `./${STDOUT_FILE}`, data: bytes }])]), {
+      maxArtifactBytes: 1000,
+      maxStdoutBytes: 1000,
+      maxTotalBytes: 100_000,
+      maxEntries: 100,
+    });
+    expect(tar.stdout).toBe(expected);
   });
 });
