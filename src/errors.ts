@@ -14,6 +14,7 @@ export const ERROR_STATUS = {
   queue_full: 503,
   service_unavailable: 503,
   shutting_down: 503,
+  database_unavailable: 503,
   internal_error: 500,
   not_implemented: 501,
 } as const;

@@ -1,11 +1,13 @@
 /**
  * One error body for every failure (CONVENTIONS.md): `{ detail, code, correlation_id, ...extra }`.
- * Known errors are {@link AppError}s; anything else is logged whole and becomes a 500.
+ * Known errors are {@link AppError}s; an unreachable database is a 503 `database_unavailable`;
+ * anything else is logged whole and becomes a 500.
  */
 import type { Context } from 'hono';
 import { HTTPException } from 'hono/http-exception';
 import * as v from 'valibot';
 import { AppError } from '../errors.ts';
+import { isDatabaseUnavailable } from '../store/database.ts';
 import type { AppEnv } from './deps.ts';
 import { securityHeaders } from './middleware/request-context.ts';
 
@@ -23,6 +25,11 @@ export function errorResponse(err: unknown, c: Context<AppEnv>): Response {
   } else if (err instanceof HTTPException) {
     status = err.status;
     body = { detail: err.message || 'request rejected', code: status === 413 ? 'payload_too_large' : 'bad_request' };
+  } else if (isDatabaseUnavailable(err)) {
+    // A restart or outage of the database is the service's state, not a bug: the client may retry.
+    c.get('logger')?.warn({ err }, 'database unavailable');
+    status = 503;
+    body = { detail: 'the database is unavailable; retry later', code: 'database_unavailable' };
   } else {
     c.get('logger')?.error({ err }, 'unhandled error');
     body = { detail: `internal error; quote correlation id ${correlationId} when reporting it`, code: 'internal_error' };

@@ -17,7 +17,7 @@ import type { Slots } from '../queue/slots.ts';
 import type { RunGuard } from '../resilience/guard.ts';
 import { RunGoneError, type RawRun, type Runtime, type RunSpec } from '../runtime/runtime.ts';
 import { insertArtifacts, type NewArtifact } from '../store/artifacts.repository.ts';
-import type { Database, Db, ExecutionRow, ExecutionUpdate, NewExecutionRow } from '../store/database.ts';
+import { isDatabaseUnavailable, type Database, type Db, type ExecutionRow, type ExecutionUpdate, type NewExecutionRow } from '../store/database.ts';
 import { insertDlq } from '../store/dlq.repository.ts';
 import { getExecution, insertExecution, settleRunning, updateExecutionIf } from '../store/executions.repository.ts';
 import { classify, type Classification } from './classify.ts';
@@ -93,14 +93,34 @@ export class Running {
       const outcome = await this.runGuarded(row, signal, opts.adopt ?? false, log);
       // The sandbox is gone: its worker slot can serve the next job while this one is recorded.
       opts.release?.();
-      if (outcome.kind === 'gone') return await this.settleGone(row, log);
+      if (outcome.kind === 'gone') return await this.whileUnavailable(signal, log, () => this.settleGone(row, log));
       if (signal.aborted && signal.reason === 'shutdown' && row.mode === 'async') return await this.requeue(row, 'service shut down during the run');
-      return await this.finalize(row, outcome, log);
+      return await this.whileUnavailable(signal, log, () => this.finalize(row, outcome, log));
     } catch (err) {
       log.error({ err }, 'finalizing a run failed');
       return await this.finalize(row, { kind: 'internal', type: 'internal_error', message: `internal error: ${errorMessage(err)}`, attempts: 1 }, log).catch(() => row);
     } finally {
       holders.release(row.id);
+    }
+  }
+
+  /**
+   * Retries `write` while the database is unreachable (restart, outage): the run is over and its
+   * verdict exists only in this process, so it is kept and written once the database is back. The
+   * record stays held (heartbeats resume with the database). Gives up at shutdown (the holder's
+   * signal aborts with `shutdown`): the record is left `running` under this dead process and the next
+   * sweep settles it.
+   */
+  private async whileUnavailable<T>(signal: AbortSignal, log: Logger, write: () => Promise<T>): Promise<T> {
+    for (let delay = 100, warned = false; ; delay = Math.min(delay * 2, 2000)) {
+      try {
+        return await write();
+      } catch (err) {
+        if (!isDatabaseUnavailable(err) || (signal.aborted && signal.reason === 'shutdown')) throw err;
+        if (!warned) log.warn({ err: errorMessage(err) }, 'database unavailable; keeping the result until it is back');
+        warned = true;
+        await new Promise((r) => setTimeout(r, delay));
+      }
     }
   }
 

@@ -124,22 +124,59 @@ async function createPostgres(url: string, max: number): Promise<Db> {
   const pool = new pg.Pool({ connectionString: url, max });
   // An idle client that errors (server restart) must not crash the process.
   pool.on('error', () => {});
+  // Nor one checked out between two statements (pg.Pool listens only on idle ones): the statement
+  // in flight, or the next one, fails on its own and the pool drops the client when it comes back.
+  pool.on('connect', (client) => client.on('error', () => {}));
   const kysely = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
-  let listener: pg.Client | null = null;
   const handlers = new Map<string, Set<(p: string) => void>>();
-  const ensureListener = async (): Promise<pg.Client> => {
-    if (listener) return listener;
+  // One LISTEN connection. When it drops (server restart, terminated backend) it reconnects by itself
+  // and re-issues LISTEN for every channel: notifications sent meanwhile are lost, which every
+  // subscriber tolerates (channels.ts), but none after the server is back may be.
+  let listener: Promise<pg.Client> | null = null;
+  let closed = false;
+  let retryTimer: NodeJS.Timeout | null = null;
+  const connectListener = async (): Promise<pg.Client> => {
     const c = new pg.Client({ connectionString: url });
-    c.on('error', () => {
+    let dropped = false;
+    const drop = () => {
+      if (dropped) return;
+      dropped = true;
       listener = null;
-    });
-    await c.connect();
+      c.end().catch(() => {});
+      scheduleRelisten(250);
+    };
+    c.on('error', drop);
+    c.on('end', drop);
     c.on('notification', (msg) => {
       for (const h of handlers.get(msg.channel) ?? []) h(msg.payload ?? '');
     });
-    listener = c;
-    for (const ch of handlers.keys()) await c.query(`LISTEN ${quoteIdent(ch)}`);
+    try {
+      await c.connect();
+      for (const ch of handlers.keys()) await c.query(`LISTEN ${quoteIdent(ch)}`);
+    } catch (err) {
+      dropped = true;
+      c.end().catch(() => {});
+      throw err;
+    }
     return c;
+  };
+  const ensureListener = (): Promise<pg.Client> => {
+    if (!listener) {
+      const p = connectListener();
+      listener = p;
+      p.catch(() => {
+        if (listener === p) listener = null;
+      });
+    }
+    return listener;
+  };
+  const scheduleRelisten = (delayMs: number) => {
+    if (closed || retryTimer || handlers.size === 0) return;
+    retryTimer = setTimeout(() => {
+      retryTimer = null;
+      ensureListener().catch(() => scheduleRelisten(Math.min(delayMs * 2, 5000)));
+    }, delayMs);
+    retryTimer.unref();
   };
   return {
     kysely,
@@ -150,12 +187,14 @@ async function createPostgres(url: string, max: number): Promise<Db> {
       if (!set) handlers.set(channel, (set = new Set()));
       set.add(onPayload);
       const c = await ensureListener();
+      // A fresh connection already listened to every channel in `handlers`; LISTEN twice is harmless.
       if (first) await c.query(`LISTEN ${quoteIdent(channel)}`);
       return async () => {
         set.delete(onPayload);
         if (set.size === 0) {
           handlers.delete(channel);
-          await listener?.query(`UNLISTEN ${quoteIdent(channel)}`).catch(() => {});
+          const l = await listener?.catch(() => null);
+          await l?.query(`UNLISTEN ${quoteIdent(channel)}`).catch(() => {});
         }
       };
     },
@@ -163,10 +202,32 @@ async function createPostgres(url: string, max: number): Promise<Db> {
       await pool.query('SELECT pg_notify($1, $2)', [channel, payload]);
     },
     async destroy() {
-      await listener?.end().catch(() => {});
+      closed = true;
+      if (retryTimer) clearTimeout(retryTimer);
+      const l = await listener?.catch(() => null);
+      await l?.end().catch(() => {});
       await kysely.destroy();
     },
   };
+}
+
+/** SQLSTATEs of a server that is going away or not accepting connections yet (classes 08, 57P). */
+const UNAVAILABLE_SQLSTATE = /^(08...|57P0[1-4])$/;
+const UNAVAILABLE_ERRNO = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN']);
+
+/**
+ * True when `err` says the database cannot be reached right now (refused, dropped, restarting,
+ * backend terminated) rather than that a statement was wrong: callers answer 503 or retry the write.
+ */
+export function isDatabaseUnavailable(err: unknown): boolean {
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string' && (UNAVAILABLE_SQLSTATE.test(code) || UNAVAILABLE_ERRNO.has(code))) return true;
+    // pg's own messages for a connection that ended or never became usable carry no code.
+    if (/^Connection terminated|not queryable|Client was closed|timeout exceeded when trying to connect/i.test(e.message)) return true;
+    if (e instanceof AggregateError && e.errors.some((x) => isDatabaseUnavailable(x))) return true;
+  }
+  return false;
 }
 
 async function createPglite(dir: string): Promise<Db> {
