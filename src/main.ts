@@ -21,7 +21,7 @@ import { CircuitBreaker } from './resilience/breaker.ts';
 import { RunGuard } from './resilience/guard.ts';
 import { createRuntime } from './runtime/index.ts';
 import type { Runtime } from './runtime/runtime.ts';
-import { createDb, type Db } from './store/database.ts';
+import { createDb, DatabaseConnectError, type Db } from './store/database.ts';
 import { liveIds } from './store/executions.repository.ts';
 import { migrateToLatest } from './store/migrate.ts';
 
@@ -187,6 +187,11 @@ async function main(): Promise<void> {
 
 if (import.meta.url === `file://${process.argv[1]}`) {
   main().catch((err: unknown) => {
+    // An expected start-up failure is one line that says what failed; anything else keeps its stack.
+    if (err instanceof DatabaseConnectError) {
+      process.stderr.write(`sandpod: failed to start: ${err.message}\n`);
+      process.exit(1);
+    }
     process.stderr.write(`sandpod: failed to start: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
     process.exit(1);
   });

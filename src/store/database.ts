@@ -120,7 +120,38 @@ export async function createDb(opts: { url: string | null; workspace: string; po
   return createPglite(dir);
 }
 
+/** The database could not be reached at start; the message names the URL (no password) and the cause. */
+export class DatabaseConnectError extends Error {
+  override readonly name = 'DatabaseConnectError';
+  constructor(url: string, cause: unknown) {
+    const why = cause instanceof AggregateError ? cause.errors.map((e: unknown) => (e instanceof Error ? e.message : String(e))).join('; ') : cause instanceof Error ? cause.message : String(cause);
+    super(`cannot connect to the database at ${redactUrl(url)}: ${why || (cause as { code?: string })?.code || 'unknown error'}`, { cause });
+  }
+}
+
+/** `url` with its password replaced by `***` (for messages and logs). */
+export function redactUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    return u.toString();
+  } catch {
+    return '(an unparsable database URL)';
+  }
+}
+
 async function createPostgres(url: string, max: number): Promise<Db> {
+  // Fail at start, plainly, rather than on the first request: one probe connection with a bound wait.
+  const probe = new pg.Client({ connectionString: url, connectionTimeoutMillis: 10_000 });
+  probe.on('error', () => {});
+  try {
+    await probe.connect();
+    await probe.query('SELECT 1');
+  } catch (err) {
+    throw new DatabaseConnectError(url, err);
+  } finally {
+    await probe.end().catch(() => {});
+  }
   const pool = new pg.Pool({ connectionString: url, max });
   // An idle client that errors (server restart) must not crash the process.
   pool.on('error', () => {});
