@@ -164,6 +164,8 @@ async function createPostgres(url: string, max: number): Promise<Db> {
   // and re-issues LISTEN for every channel: notifications sent meanwhile are lost, which every
   // subscriber tolerates (channels.ts), but none after the server is back may be.
   let listener: Promise<pg.Client> | null = null;
+  /** The client `listener` resolved to, while it is usable. */
+  let connected: pg.Client | null = null;
   let closed = false;
   let retryTimer: NodeJS.Timeout | null = null;
   const connectListener = async (): Promise<pg.Client> => {
@@ -172,7 +174,10 @@ async function createPostgres(url: string, max: number): Promise<Db> {
     const drop = () => {
       if (dropped) return;
       dropped = true;
-      listener = null;
+      if (connected === c) {
+        connected = null;
+        listener = null;
+      }
       c.end().catch(() => {});
       scheduleRelisten(250);
     };
@@ -184,6 +189,7 @@ async function createPostgres(url: string, max: number): Promise<Db> {
     try {
       await c.connect();
       for (const ch of handlers.keys()) await c.query(`LISTEN ${quoteIdent(ch)}`);
+      connected = c;
     } catch (err) {
       dropped = true;
       c.end().catch(() => {});
