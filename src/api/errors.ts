@@ -7,7 +7,7 @@ import type { Context } from 'hono';
 import { HTTPException } from 'hono/http-exception';
 import * as v from 'valibot';
 import { AppError } from '../errors.ts';
-import { isDatabaseUnavailable } from '../store/database.ts';
+import { isDatabaseUnavailable } from '../executions/index.ts';
 import type { AppEnv } from './deps.ts';
 import { securityHeaders } from './middleware/request-context.ts';
 

@@ -4,6 +4,7 @@
  * runner's report (untrusted: user code can forge it) is used only when it agrees with the exit status
  * the runtime saw, and then only to name the Python exception.
  */
+import { RUNNER_ERROR_EXIT, RUNNER_TIMEOUT_EXIT } from '../runtime/run-output.ts';
 import type { RawRun } from '../runtime/runtime.ts';
 import { jsonDepth, MAX_JSON_DEPTH } from '../util/json.ts';
 import type { TerminalStatus } from './status.ts';
@@ -40,11 +41,6 @@ export interface Classification {
   timing: Timing;
   resourceUsage: ResourceUsage;
 }
-
-/** Exit status the runner uses when it killed the user's code for running out of time. */
-export const RUNNER_TIMEOUT_EXIT = 124;
-/** Exit status of the runner when it failed itself (bad arguments, could not fork). */
-export const RUNNER_FAILURE_EXIT = 125;
 
 /** SPEC §7.2 signal rows: exit code (128 + signal) → error type. */
 export const SIGNAL_TYPES: Readonly<Record<number, string>> = {
@@ -162,7 +158,7 @@ function decideStatus(raw: RawRun): Pick<Classification, 'status' | 'exitCode' |
     }
     return fail('failed', type, `killed by signal ${exit - 128}${SIGNAL_NAMES[exit - 128] ? ` (${SIGNAL_NAMES[exit - 128]})` : ''}`);
   }
-  if (exit === RUNNER_FAILURE_EXIT && !report) return fail('failed', 'internal_error', 'the sandbox runner failed before running the code');
+  if (exit === RUNNER_ERROR_EXIT && !report) return fail('failed', 'internal_error', 'the sandbox runner failed before running the code');
   const exception = report?.exception ?? null;
   if (exception) {
     const type = exceptionType(exception, report?.exception_mro ?? null);

@@ -6,3 +6,5 @@ export { Executions, type SubmittedJob } from './service.ts';
 export { CompletionWaiter } from './waiter.ts';
 export { inputArtifactFiles, recordView, syncView } from './views.ts';
 export * from './status.ts';
+/** Whether an error means the database is out of reach (the API answers 503 for it). */
+export { isDatabaseUnavailable } from '../store/database.ts';

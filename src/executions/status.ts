@@ -14,9 +14,6 @@ export type RecordStatus = (typeof RECORD_STATUSES)[number];
 export const TERMINAL_STATUSES = ['succeeded', 'failed', 'timeout', 'oom', 'cancelled'] as const;
 export type TerminalStatus = (typeof TERMINAL_STATUSES)[number];
 
-/** Record statuses of work not finished yet (the queue's `pending` and `running`). */
-export const ACTIVE_STATUSES = ['queued', 'running'] as const;
-
 /** True for a terminal record status. */
 export function isTerminal(status: string): status is TerminalStatus {
   return (TERMINAL_STATUSES as readonly string[]).includes(status);

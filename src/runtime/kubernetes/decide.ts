@@ -93,19 +93,6 @@ function jobDeadlineExceeded(job: V1Job | undefined): boolean {
   return !!job?.status?.conditions?.some((c) => c.type === 'Failed' && c.status === 'True' && c.reason === 'DeadlineExceeded');
 }
 
-/** Why the pod is not running yet, for logs (`Unschedulable: 0/3 nodes ...`). */
-export function pendingReason(pod: V1Pod | undefined): string {
-  if (!pod) return 'the pod was never created';
-  const sched = pod.status?.conditions?.find((c) => c.type === 'PodScheduled' && c.status === 'False');
-  if (sched) return `${sched.reason ?? 'Unschedulable'}: ${sched.message ?? ''}`.trim();
-  for (const c of [...(pod.status?.initContainerStatuses ?? []), ...(pod.status?.containerStatuses ?? [])]) {
-    const w = c.state?.waiting;
-    if (w?.reason) return `${c.name}: ${w.reason}${w.message ? `: ${w.message}` : ''}`;
-    if (c.state?.running && c.name === CONTAINERS.deps) return 'installing requirements';
-  }
-  return `pod phase ${pod.status?.phase ?? 'unknown'}`;
-}
-
 /**
  * What the runtime itself saw, from the pod's container states (second precision, as Kubernetes
  * records them) and the run's own start time (ms).
