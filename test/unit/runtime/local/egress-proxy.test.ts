@@ -469,6 +469,30 @@ describe('EgressProxy: refusals', () => {
     expect(log.decisions).toEqual([{ host: 'api.example.com', port: 9, allowed: true }]);
   });
 
+  // DNS rebinding: the name's owner answers the proxy's check with a public address and a second
+  // lookup with an inner one. The fake resolver stands for the first answer; the system resolver (which
+  // says 127.0.0.1 for localhost) for the second. Only the checked address may be dialled.
+  it.each([
+    ['CONNECT', (port: number) => `CONNECT localhost:${port} HTTP/1.1\r\nHost: localhost\r\n\r\n`],
+    ['plain HTTP', (port: number) => `GET http://localhost:${port}/ HTTP/1.1\r\nHost: localhost\r\n\r\n`],
+  ])('%s: connects to the address it checked, never to the name again (DNS rebinding)', async (_kind, request) => {
+    const echo = await startEchoUpstream();
+    let lookups = 0;
+    // Public IPv6 has no route here: dialling it fails fast (502) or times out (504).
+    const lookup: Lookup = async () => {
+      lookups += 1;
+      return [{ address: '2606:4700::1111', family: 6 }];
+    };
+    const { sockPath } = await startProxy({ allowedHosts: ['localhost'], lookup, connectTimeoutMs: 1000 });
+
+    const res = await exchange(sockPath, request(echo.port));
+
+    expect([502, 504]).toContain(res.status);
+    expect(res.body).toContain(`localhost:${echo.port}`);
+    expect(lookups).toBe(1);
+    expect(echo.connections()).toBe(0);
+  }, 10_000); // a tunnel to the echo server (the flaw) stays open: fail in seconds, not at the suite's minute
+
   it('refuses with 403 "cannot resolve" when the name does not resolve (the real resolver: .invalid)', async () => {
     const log = decisionLog();
     const { sockPath } = await startProxy({ allowedHosts: ['*.invalid'], onDecision: log.onDecision });
