@@ -61,6 +61,21 @@ describe('classify', () => {
     expect(c.error?.type).toBe(type);
   });
 
+  // 128 + signal covers signals 1..31 (exit 129..159); a status outside it is the program's own exit code.
+  it.each([128, 160, 200, 255])('exit %i is an ordinary exit code, not a signal', (exit) => {
+    const c = classify(makeRaw({ exitCode: exit }, { report: null }));
+    expect(c).toMatchObject({ status: 'failed', exitCode: exit, error: { type: 'runtime_error', message: `process exited with code ${exit}` } });
+  });
+
+  it.each([
+    [129, 'killed by signal 1 (SIGHUP)'],
+    [159, 'killed by signal 31 (SIGSYS)'],
+    [150, 'killed by signal 22'],
+  ])('exit %i at the edges of the signal range names the signal', (exit, message) => {
+    const c = classify(makeRaw({ exitCode: exit }, { report: null }));
+    expect(c).toMatchObject({ status: 'failed', exitCode: exit, error: { type: 'killed', message } });
+  });
+
   it('exit 137 with a cgroup OOM kill → oom (SPEC §7.3 rule 4)', () => {
     const c = classify(makeRaw({ exitCode: 137, oomKilled: true }, { report: null }));
     expect(c).toMatchObject({ status: 'oom', exitCode: 137, error: { type: 'oom' } });
