@@ -5,7 +5,7 @@ NPM ?= npm
 VITEST := npx vitest run
 APT_PACKAGES_FILE := .ci/apt-packages.txt
 
-.PHONY: help deps system-deps bench-deps run build test test-unit bench typecheck migrate clean
+.PHONY: help deps system-deps bench-deps run build test test-unit mutation bench typecheck migrate clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -51,6 +51,11 @@ test: deps system-deps ## Run the whole suite: against PostgreSQL, then the data
 
 test-unit: deps ## Unit tests only (fast, no sandbox or database)
 	$(VITEST) test/unit
+
+# One module (test/mutation/modules.mjs) takes minutes; all of them, hours: not part of `make test`.
+MUTATION_MODULES := classify resilience decide request-context egress-proxy claims submission repositories
+mutation: deps ## Mutation testing (StrykerJS) of the core modules; MODULE=classify for one (reports/mutation/)
+	@for m in $(or $(MODULE),$(MUTATION_MODULES)); do echo "== mutation: $$m"; MODULE=$$m npx stryker run || exit 1; done
 
 bench: deps system-deps bench-deps ## Benchmarks with a report against the bare floor measured in the same run
 	npx tsx bench/run.ts
