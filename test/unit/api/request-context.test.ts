@@ -100,7 +100,9 @@ describe('requestContext: headers and log', () => {
 
   it('gives the handler a logger carrying the id and logs one access line after the response', async () => {
     const { app, lines } = appWithLog();
+    const t0 = performance.now();
     await app.request('/missing', { headers: { 'X-Correlation-ID': 'corr-3' } });
+    const took = performance.now() - t0;
     await app.request('/id', { headers: { 'X-Correlation-ID': 'corr-4' } });
     const inside = lines.find((l) => l.msg === 'inside');
     expect(inside).toMatchObject({ correlation_id: 'corr-4' });
@@ -110,6 +112,7 @@ describe('requestContext: headers and log', () => {
     expect(access[1]).toMatchObject({ correlation_id: 'corr-4', method: 'GET', path: '/id', status: 200 });
     expect(typeof access[0]!.ms).toBe('number');
     expect(access[0]!.ms).toBeGreaterThanOrEqual(0);
+    expect(access[0]!.ms).toBeLessThanOrEqual(Math.ceil(took));
     expect(Number.isInteger(access[0]!.ms)).toBe(true);
   });
 
