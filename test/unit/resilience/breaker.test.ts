@@ -109,3 +109,47 @@ describe('withRetry (SPEC §7.3 rule 6)', () => {
     expect(backoffDelay(10, 1000, 30_000, () => 0.999)).toBeLessThanOrEqual(30_000);
   });
 });
+
+describe('CircuitBreaker: what it reports', () => {
+  async function opened(c = clocked()) {
+    const changes: string[] = [];
+    const b = new CircuitBreaker({ clock: c, onStateChange: (from, to) => changes.push(`${from}->${to}`) });
+    for (let i = 0; i < 5; i++) await b.exec(fail).catch(() => {});
+    return { b, c, changes };
+  }
+
+  it('the open error says how long is left, in whole seconds rounded up', async () => {
+    const { b, c } = await opened();
+    c.advance(10_400);
+    const err = (await b.exec(ok).catch((e: unknown) => e)) as BreakerOpenError;
+    expect(err).toBeInstanceOf(BreakerOpenError);
+    expect(err.name).toBe('BreakerOpenError');
+    expect(err.retryAfterMs).toBe(19_600);
+    expect(err.message).toBe('circuit breaker is open: the sandbox engine failed repeatedly; retry in 20 s');
+  });
+
+  it('snapshot: no last failure at first; the failure count stays while open and resets on closing', async () => {
+    expect(new CircuitBreaker({ clock: clocked() }).snapshot()).toEqual({ state: 'closed', failure_count: 0, success_count: 0, last_failure: null });
+    const { b, c, changes } = await opened();
+    expect(b.snapshot()).toMatchObject({ state: 'open', failure_count: 5, success_count: 0 });
+    // Counts reported straight to an open breaker change nothing.
+    b.recordSuccess();
+    b.recordFailure();
+    expect(b.snapshot()).toMatchObject({ state: 'open', failure_count: 5, success_count: 0 });
+    c.advance(30_000);
+    expect(b.state).toBe('half_open');
+    expect(b.snapshot().failure_count).toBe(5);
+    await b.exec(ok);
+    expect(b.snapshot()).toMatchObject({ state: 'half_open', success_count: 1 });
+    await b.exec(ok);
+    expect(b.snapshot()).toMatchObject({ state: 'closed', failure_count: 0, success_count: 0 });
+    expect(changes).toEqual(['closed->open', 'open->half_open', 'half_open->closed']);
+  });
+
+  it('a resolved value counts as a success unless isFailure says otherwise', async () => {
+    const b = new CircuitBreaker({ clock: clocked() });
+    for (let i = 0; i < 4; i++) await b.exec(fail).catch(() => {});
+    expect(await b.exec(ok)).toBe('ok');
+    expect(b.snapshot()).toMatchObject({ failure_count: 0, success_count: 1 });
+  });
+});
