@@ -207,7 +207,7 @@ describe('classify: messages and edge cases', () => {
     ['exit 137, OOM not detectable', { exitCode: 137, oomDetectable: false }, { report: null }, { error: { message: 'out of memory: the run was killed (exit 137)' } }],
     ['runner timeout', { exitCode: 124 }, { report: { exit_code: null, timed_out: true } }, { error: { message: 'code exceeded its execution timeout' } }],
     ['exit 124 without a report', { exitCode: 124 }, { report: null }, { status: 'failed', exitCode: 124, error: { type: 'runtime_error', message: 'process exited with code 124' } }],
-    ['runner failure', { exitCode: 125 }, { report: null }, { exitCode: 125, error: { message: 'the sandbox runner failed before running the code' } }],
+    ['runner failure', { exitCode: 125 }, { report: null }, { status: 'failed', exitCode: 125, error: { type: 'internal_error', message: 'the sandbox runner failed before running the code' } }],
     ['result.json too large', {}, { resultJsonTooLarge: true, resultJson: '{}' }, { status: 'failed', exitCode: 0, output: null, error: { type: 'json_error', message: 'result.json is larger than max_artifact_bytes and was not read' } }],
     ['MemoryError', { exitCode: 1 }, { report: exceptionReport('MemoryError') }, { status: 'oom', exitCode: 1, error: { type: 'oom', message: 'out of memory: MemoryError: boom' } }],
     ['an exception without a message', { exitCode: 1 }, { report: { exit_code: 1, exception: 'KeyError', timed_out: false } }, { error: { type: 'key_error', message: 'KeyError' } }],
@@ -220,6 +220,7 @@ describe('classify: messages and edge cases', () => {
 
   it('an import error with a module names it', () => {
     const c = classify(makeRaw({ exitCode: 1 }, { report: exceptionReport('ImportError', ['ImportError'], { missing_module: 'numpy' }) }));
+    expect(c.status).toBe('failed');
     expect(c.error).toEqual({ type: 'import_error', message: "ImportError: boom (module 'numpy' is not available in this job type)" });
   });
 
