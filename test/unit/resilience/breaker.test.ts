@@ -92,6 +92,7 @@ describe('withRetry (SPEC §7.3 rule 6)', () => {
     }, { sleep: async () => {} }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(RetriesExhaustedError);
     expect((err as RetriesExhaustedError).attempts).toBe(2);
+    expect((err as RetriesExhaustedError).name).toBe('RetriesExhaustedError');
     expect(calls).toBe(2);
   });
 

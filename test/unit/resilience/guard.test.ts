@@ -211,3 +211,36 @@ describe('RunGuard: one policy around each run attempt', () => {
     expect(h.slept).toEqual(slept);
   });
 });
+
+describe('RunGuard without optional hooks', () => {
+  it('a call with no hooks: a failure is retried and counted, a value is a success', async () => {
+    const h = harness();
+    const e = engine([{ throws: transient() }, { resolves: 'ok' }]);
+    const r = await h.guard.run(e.fn);
+    expect(r).toMatchObject({ kind: 'ok', attempts: 2 });
+    expect(h.breaker.snapshot()).toMatchObject({ failure_count: 0, success_count: 1 });
+    expect(h.guard.breaker).toBe(h.breaker);
+  });
+
+  it('the default sleep really waits the backoff', async () => {
+    const breaker = new CircuitBreaker({ failureThreshold: 5 });
+    const guard = new RunGuard({ breaker, policy: { attempts: 2, baseDelayMs: 60 }, random: () => 0.99 });
+    let calls = 0;
+    const t0 = Date.now();
+    const r = await guard.run(async () => {
+      if (++calls === 1) throw transient();
+      return 'ok';
+    });
+    expect(r).toMatchObject({ kind: 'ok', attempts: 2 });
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(50);
+  });
+
+  it('a refusal carries the time left before the circuit half-opens', async () => {
+    const h = harness({ failureThreshold: 1 });
+    await h.guard.run(engine([{ throws: transient() }]).fn);
+    h.advance(10_000);
+    const r = await h.guard.run(engine([{ resolves: 'ok' }]).fn);
+    expect(r.kind).toBe('rejected');
+    expect(r.kind === 'rejected' && r.error.retryAfterMs).toBe(20_000);
+  });
+});
