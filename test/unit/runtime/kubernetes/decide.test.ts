@@ -514,3 +514,20 @@ describe('decide: small helpers and tables', () => {
     expect(s).toMatchObject({ jobSeen: false, podSeen: false, finished: false });
   });
 });
+
+describe('decide: only a Job that failed for its deadline is a timeout', () => {
+  const withCondition = (c: { type: string; status: string; reason?: string }): V1Job => ({ ...makeJob().obj(), status: { conditions: [{ type: 'Complete', status: 'False' }, c] } });
+  it.each([
+    ['Failed for another reason', { type: 'Failed', status: 'True', reason: 'BackoffLimitExceeded' }],
+    ['a Failed condition that is not true', { type: 'Failed', status: 'False', reason: 'DeadlineExceeded' }],
+    ['another condition with that reason', { type: 'Suspended', status: 'True', reason: 'DeadlineExceeded' }],
+  ])('%s: no timeout, the run waits', (_label, c) => {
+    const a = decide(run(), withCondition(c), makePod().obj(), T0 + S);
+    expect(a.some((x) => x.type === 'finish')).toBe(false);
+  });
+
+  it('a deadline condition among others is found', () => {
+    const a = decide(run(), withCondition({ type: 'Failed', status: 'True', reason: 'DeadlineExceeded' }), makePod().obj(), T0 + S);
+    expect(finishOf(a)).toMatchObject({ timedOut: 'startup' });
+  });
+});
