@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { V1Job, V1Pod } from '@kubernetes/client-node';
-import { decide, IMAGE_ERRORS, newRunState, pendingReason, START_ERRORS, toMs, type Action, type RunState } from '../../../../src/runtime/kubernetes/decide.ts';
+import { decide, IMAGE_ERRORS, newRunState, START_ERRORS, toMs, type Action, type RunState } from '../../../../src/runtime/kubernetes/decide.ts';
 import { emptyOutput, type CollectedOutput } from '../../../../src/runtime/kubernetes/output-tar.ts';
 import { makeJob, makePod } from '../../../support/kube-builders.ts';
 
@@ -449,48 +449,6 @@ describe('decide(run, job, pod, now)', () => {
     t.finishedAt = new Date(T0 + 7 * S);
     const r = run({ collection: { ok: true, output }, released: true, phaseReported: 'execution' });
     expect(finishOf(decide(r, job, asDates, T0 + 8 * S))).toEqual(finishOf(decide(r, job, pod, T0 + 8 * S)));
-  });
-});
-
-describe('pendingReason (what the logs say about a pod that is not running yet)', () => {
-  const pod = (status: V1Pod['status']): V1Pod => ({ metadata: { name: 'p' }, status });
-  it.each<[string, V1Pod | undefined, string]>([
-    ['no pod', undefined, 'the pod was never created'],
-    [
-      'unschedulable, with reason and message',
-      pod({ phase: 'Pending', conditions: [{ type: 'Ready', status: 'False', reason: 'NotReady' }, { type: 'PodScheduled', status: 'False', reason: 'Unschedulable', message: '0/3 nodes are available' }] }),
-      'Unschedulable: 0/3 nodes are available',
-    ],
-    ['unschedulable without a reason or message', pod({ phase: 'Pending', conditions: [{ type: 'PodScheduled', status: 'False' }] }), 'Unschedulable:'],
-    ['scheduled: the condition is True', pod({ phase: 'Pending', conditions: [{ type: 'PodScheduled', status: 'True', reason: 'Whatever' }] }), 'pod phase Pending'],
-    [
-      'an init container waiting, with a message',
-      pod({ phase: 'Pending', initContainerStatuses: [{ name: 'deps', image: 'i', imageID: '', ready: false, restartCount: 0, state: { waiting: { reason: 'ErrImagePull', message: 'no such image' } } }] }),
-      'deps: ErrImagePull: no such image',
-    ],
-    [
-      'a container waiting, without a message',
-      pod({ phase: 'Pending', containerStatuses: [{ name: 'main', image: 'i', imageID: '', ready: false, restartCount: 0, state: { waiting: { reason: 'ContainerCreating' } } }] }),
-      'main: ContainerCreating',
-    ],
-    [
-      'deps running',
-      pod({ phase: 'Pending', initContainerStatuses: [{ name: 'deps', image: 'i', imageID: '', ready: false, restartCount: 0, state: { running: {} } }] }),
-      'installing requirements',
-    ],
-    [
-      'another container running is not "installing"',
-      pod({ phase: 'Running', containerStatuses: [{ name: 'main', image: 'i', imageID: '', ready: true, restartCount: 0, state: { running: {} } }] }),
-      'pod phase Running',
-    ],
-    [
-      'deps not running (waiting without a reason)',
-      pod({ phase: 'Pending', initContainerStatuses: [{ name: 'deps', image: 'i', imageID: '', ready: false, restartCount: 0, state: { waiting: {} } }] }),
-      'pod phase Pending',
-    ],
-    ['no status at all', { metadata: { name: 'p' } }, 'pod phase unknown'],
-  ])('%s', (_label, p, reason) => {
-    expect(pendingReason(p)).toBe(reason);
   });
 });
 
