@@ -244,7 +244,10 @@ const rows: Row[] = [
     job,
     pod: makePod().phase('Failed').terminated('main', 0, 'Completed', T0 + 5 * S, T0 + 7 * S).terminated('collector', 2, 'Error', T0 + 5 * S, T0 + 7 * S).obj(),
     now: T0 + 8 * S,
-    expect: (a) => expect(finishOf(a).infraError?.message).toContain('collector'),
+    expect: (a) => {
+      expect(finishOf(a).infraError?.message).toContain('collector');
+      expect(finishOf(a)).toMatchObject({ cancelled: false, timedOut: null, dependencyError: null, exitCode: 0, phase: 'completed' });
+    },
   },
   {
     name: 'main ended, collector not started yet → wait',
