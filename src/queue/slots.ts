@@ -31,22 +31,27 @@ export class Slots {
     if (this.tryAcquire()) return Promise.resolve();
     if (signal?.aborted) return Promise.reject(signal.reason instanceof Error ? signal.reason : new Error('aborted'));
     return new Promise<void>((resolve, reject) => {
-      const entry = { priority, resolve: () => resolve() };
+      // The listener goes once the slot is granted: the dispatcher passes one long-lived signal to
+      // every wait, so a listener left behind per wait would pile up for the life of the process.
+      const onAbort = () => {
+        const i = this.waiters.indexOf(entry);
+        if (i !== -1) {
+          this.waiters.splice(i, 1);
+          reject(signal!.reason instanceof Error ? signal!.reason : new Error('aborted'));
+        }
+      };
+      const entry = {
+        priority,
+        resolve: () => {
+          signal?.removeEventListener('abort', onAbort);
+          resolve();
+        },
+      };
       if (priority) {
         const firstNormal = this.waiters.findIndex((w) => !w.priority);
         this.waiters.splice(firstNormal === -1 ? this.waiters.length : firstNormal, 0, entry);
       } else this.waiters.push(entry);
-      signal?.addEventListener(
-        'abort',
-        () => {
-          const i = this.waiters.indexOf(entry);
-          if (i !== -1) {
-            this.waiters.splice(i, 1);
-            reject(signal.reason instanceof Error ? signal.reason : new Error('aborted'));
-          }
-        },
-        { once: true },
-      );
+      signal?.addEventListener('abort', onAbort, { once: true });
     });
   }
 

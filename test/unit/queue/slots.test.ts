@@ -1,3 +1,4 @@
+import { getEventListeners } from 'node:events';
 import { describe, expect, it } from 'vitest';
 import { Slots } from '../../../src/queue/slots.ts';
 
@@ -26,5 +27,17 @@ describe('Slots', () => {
     ac.abort(new Error('client went away'));
     await expect(p).rejects.toThrow('client went away');
     expect(s.waiting).toBe(0);
+  });
+
+  it('a granted wait leaves no listener on a long-lived signal', async () => {
+    const s = new Slots(1);
+    const ac = new AbortController();
+    await s.acquire(false, ac.signal);
+    for (let i = 0; i < 20; i++) {
+      const next = s.acquire(false, ac.signal);
+      s.release();
+      await next;
+    }
+    expect(getEventListeners(ac.signal, 'abort')).toHaveLength(0);
   });
 });
