@@ -16,10 +16,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseConfig, type Config } from '../../../src/config.ts';
 import { FileJobTypeRegistry, type JobType } from '../../../src/jobtypes/job-type.ts';
 import { createLocalRuntime, type LocalRuntime } from '../../../src/runtime/local/index.ts';
-import { engineInstalled, findEngineBinaries, type EngineName } from '../../../src/runtime/local/engines.ts';
+import type { EngineName } from '../../../src/runtime/local/engines.ts';
 import type { RunSpec } from '../../../src/runtime/runtime.ts';
+import { describeEachEngine } from '../../support/engines.ts';
 
-const CI = process.env.CI === 'true';
 const EPERM = 1;
 const EACCES = 13;
 const EFAULT = 14;
@@ -144,45 +144,36 @@ function expectControlReachable(out: ProbeOut, engine: EngineName, seccomp: bool
   }
 }
 
-describe.each(['gvisor', 'bubblewrap'] as const)('what the program can reach on %s', (engine) => {
-  const installed = engineInstalled(engine, findEngineBinaries({ container_runtime: 'runsc' }));
-  if (!installed && CI) {
-    it(`${engine} is installed (CI installs it from .ci/apt-packages.txt)`, () => {
-      expect(installed, `${engine} is missing`).toBe(true);
-    });
-    return;
-  }
-  describe.skipIf(!installed)(`(${engine} ${installed ? 'present' : 'NOT INSTALLED: skipped'})`, () => {
-    for (const seccomp of [true, false]) {
-      describe(seccomp ? 'with the syscall filter' : 'without the syscall filter', () => {
-        let config: Config;
-        let rt: LocalRuntime;
-        beforeAll(async () => {
-          config = makeConfig(engine, { enable_seccomp: seccomp });
-          rt = createLocalRuntime(config);
-          await rt.start();
-        });
-        afterAll(async () => {
-          await rt?.stop();
-        });
-
-        it('cannot open, attach to, read or write PID 1 or any other process of the sandbox', async () => {
-          // As root with cgroups this takes a warm process: on bubblewrap the in-process path (a waiting
-          // shell, the program in the runner's process); otherwise the forking runner.
-          const out = await probe(rt, config);
-          expectOutOfReach(out, engine);
-          // (The in-process path really ran: the program's parent is the waiting shell of `--exec`.)
-          if (engine === 'bubblewrap' && process.getuid?.() === 0) expect(out.seen[String(out.ppid)]!.cmd).toMatch(/^\/runner\/sh -c .* --exec /);
-          expectControlReachable(out, engine, seccomp);
-        });
-
-        it('nor the runner that relays the egress proxy (allowed_hosts: the forking runner with relay threads)', async () => {
-          const out = await probe(rt, config, { network: { mode: 'bridge', allowedHosts: ['example.org'] } });
-          expectOutOfReach(out, engine);
-          expect(out.seen[String(out.ppid)]!.cmd).toContain('--egress-proxy');
-          expectControlReachable(out, engine, seccomp);
-        });
+describeEachEngine('what the program can reach on %s', (engine) => {
+  for (const seccomp of [true, false]) {
+    describe(seccomp ? 'with the syscall filter' : 'without the syscall filter', () => {
+      let config: Config;
+      let rt: LocalRuntime;
+      beforeAll(async () => {
+        config = makeConfig(engine, { enable_seccomp: seccomp });
+        rt = createLocalRuntime(config);
+        await rt.start();
       });
-    }
-  });
+      afterAll(async () => {
+        await rt?.stop();
+      });
+
+      it('cannot open, attach to, read or write PID 1 or any other process of the sandbox', async () => {
+        // As root with cgroups this takes a warm process: on bubblewrap the in-process path (a waiting
+        // shell, the program in the runner's process); otherwise the forking runner.
+        const out = await probe(rt, config);
+        expectOutOfReach(out, engine);
+        // (The in-process path really ran: the program's parent is the waiting shell of `--exec`.)
+        if (engine === 'bubblewrap' && process.getuid?.() === 0) expect(out.seen[String(out.ppid)]!.cmd).toMatch(/^\/runner\/sh -c .* --exec /);
+        expectControlReachable(out, engine, seccomp);
+      });
+
+      it('nor the runner that relays the egress proxy (allowed_hosts: the forking runner with relay threads)', async () => {
+        const out = await probe(rt, config, { network: { mode: 'bridge', allowedHosts: ['example.org'] } });
+        expectOutOfReach(out, engine);
+        expect(out.seen[String(out.ppid)]!.cmd).toContain('--egress-proxy');
+        expectControlReachable(out, engine, seccomp);
+      });
+    });
+  }
 });
