@@ -9,33 +9,10 @@ import { freshDatabase } from '../../support/db.ts';
 import { startTestService, type TestService } from '../../support/service.ts';
 import { createDb } from '../../../src/store/database.ts';
 import { migrateToLatest } from '../../../src/store/migrate.ts';
-import { sha256 } from '../../../src/util/json.ts';
+import { orphanRow } from '../../support/rows.ts';
 
 type J = Record<string, any>;
 
-/** A record left `running` by a holder that is gone, exactly as a killed process leaves it. */
-function orphanRow(id: string, phase: string, code: string, holder: string) {
-  return {
-    id,
-    status: 'running',
-    mode: 'async',
-    job_type: 'default',
-    job_version: 'latest',
-    job_ref: 'default@sha256:x',
-    code,
-    input_data: '{}',
-    code_hash: sha256(code),
-    input_hash: sha256('{}'),
-    timeout_s: 30,
-    startup_timeout_s: 60,
-    requirements: '[]',
-    started_at: new Date(),
-    heartbeat_at: new Date(),
-    claimed_by: holder,
-    phase,
-    attempts: 1,
-  };
-}
 const services: TestService[] = [];
 afterAll(async () => {
   for (const s of services) {

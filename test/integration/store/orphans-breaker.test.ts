@@ -7,8 +7,8 @@ import { hostname } from 'node:os';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createDb } from '../../../src/store/database.ts';
 import { migrateToLatest } from '../../../src/store/migrate.ts';
-import { sha256 } from '../../../src/util/json.ts';
 import { freshDatabase, type TestDatabase } from '../../support/db.ts';
+import { orphanRow } from '../../support/rows.ts';
 import { startTestService, type TestService } from '../../support/service.ts';
 
 let database: TestDatabase | undefined;
@@ -25,31 +25,7 @@ describe('restart with more lost runs than the breaker threshold', () => {
     await migrateToLatest(db.kysely);
     const holder = `${hostname()}/999999/dead`; // no such pid on this host
     const ids = Array.from({ length: 7 }, (_, i) => `lost-${i}`);
-    await db.kysely
-      .insertInto('executions')
-      .values(
-        ids.map((id) => ({
-          id,
-          status: 'running',
-          mode: 'async',
-          job_type: 'default',
-          job_version: 'latest',
-          job_ref: 'default@sha256:x',
-          code: 'print(1)',
-          input_data: '{}',
-          code_hash: sha256('print(1)'),
-          input_hash: sha256('{}'),
-          timeout_s: 30,
-          startup_timeout_s: 60,
-          requirements: '[]',
-          started_at: new Date(),
-          heartbeat_at: new Date(),
-          claimed_by: holder,
-          phase: 'execution',
-          attempts: 1,
-        })),
-      )
-      .execute();
+    await db.kysely.insertInto('executions').values(ids.map((id) => orphanRow(id, 'execution', 'print(1)', holder))).execute();
     await db.destroy();
 
     svc = await startTestService({}, {}, database);
