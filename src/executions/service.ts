@@ -7,39 +7,29 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { systemClock, type Clock } from '../clock.ts';
-import type { Config } from '../config.ts';
-import type { JobTypeRegistry } from '../jobtypes/job-type.ts';
-import type { Logger } from '../logger.ts';
 import { QueuedNotifier } from '../queue/channels.ts';
 import { Claims } from '../queue/claims.ts';
 import { Holders } from '../queue/holders.ts';
 import type { Slots } from '../queue/slots.ts';
-import type { RunGuard } from '../resilience/guard.ts';
-import type { Runtime } from '../runtime/runtime.ts';
-import type { Db, ExecutionRow } from '../store/database.ts';
+import type { ExecutionRow } from '../store/database.ts';
 import { cancelJob, type SettleWaiter } from './cancel.ts';
 import { buildRow, type RequestMeta, type Submission } from './requests.ts';
-import { Running, type ExecutionEvents } from './running.ts';
+import { Running, type RunningOptions } from './running.ts';
 import { Submissions, type Lineage, type SubmittedJob } from './submission.ts';
 
 export type { ExecutionEvents } from './running.ts';
 export type { SubmittedJob } from './submission.ts';
 
-/** Dependencies of {@link Executions}. */
-export interface ExecutionsOptions {
-  db: Db;
-  registry: JobTypeRegistry;
-  runtime: Runtime;
-  /** The breaker + retry policy every run attempt goes through. */
-  guard: RunGuard;
-  config: Config;
-  logger: Logger;
+/**
+ * Dependencies of {@link Executions}: what its running part needs (the guard is the breaker + retry
+ * policy every run attempt goes through), plus the worker slots and the heartbeat period.
+ */
+export interface ExecutionsOptions extends Pick<RunningOptions, 'db' | 'registry' | 'runtime' | 'guard' | 'config' | 'logger' | 'events'> {
   slots: Slots;
   workerId?: string;
   clock?: Clock;
   /** Heartbeat period of held runs; a holder silent for 5 periods is presumed dead. */
   heartbeatMs?: number;
-  events?: ExecutionEvents;
 }
 
 /** Record lifecycle service. */
