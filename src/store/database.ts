@@ -6,6 +6,10 @@ import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { Kysely, PostgresDialect, type ColumnType, type Generated, type Insertable, type Selectable, type Updateable } from 'kysely';
 import pg from 'pg';
+import { parseJson } from '../util/json.ts';
+
+/** The `json` type's OID: its columns are parsed with {@link parseJson}, numbers kept exactly. */
+const JSON_OID = 114;
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
 type GeneratedTimestamp = ColumnType<Date, Date | string | undefined, Date | string>;
@@ -84,11 +88,47 @@ export interface DlqTable {
   correlation_id: string | null;
 }
 
+/** Job-type builds (SPEC §4.9): the lease of a running build and the record of a finished one. */
+export interface JobTypeBuildsTable {
+  id: string;
+  job_type: string;
+  input_key: string;
+  /** `building`, `built` or `failed`. */
+  status: string;
+  version_tag: string | null;
+  requirements: Json<string[]>;
+  python_version: string;
+  /** Progress: `queued`, `resolving`, `installing`, `publishing`, `built`, `failed`. */
+  phase: string;
+  digest: string | null;
+  image_ref: string | null;
+  lock: Json<{ name: string; version: string; sha256: string | null }[]> | null;
+  error: string | null;
+  owner: string;
+  heartbeat_at: Timestamp;
+  created_at: Timestamp;
+  finished_at: Timestamp | null;
+  duration_ms: number | null;
+}
+
+/** Run events (`GET /jobs/{id}/events`): phase changes and output chunks, per run in `id` order. */
+export interface ExecutionEventsTable {
+  id: Generated<number>;
+  execution_id: string;
+  /** The SSE event name: `status`, `stdout`, `stderr`, `truncated`. */
+  kind: string;
+  /** The event's data, a JSON text. */
+  data: Json;
+  created_at: GeneratedTimestamp;
+}
+
 /** All tables. */
 export interface Database {
   executions: ExecutionsTable;
   artifacts: ArtifactsTable;
   dlq: DlqTable;
+  job_type_builds: JobTypeBuildsTable;
+  execution_events: ExecutionEventsTable;
 }
 
 export type ExecutionRow = Selectable<ExecutionsTable>;
@@ -96,6 +136,7 @@ export type NewExecutionRow = Insertable<ExecutionsTable>;
 export type ExecutionUpdate = Updateable<ExecutionsTable>;
 export type ArtifactRow = Selectable<ArtifactsTable>;
 export type DlqRow = Selectable<DlqTable>;
+export type JobTypeBuildRow = Selectable<JobTypeBuildsTable>;
 
 /** A database handle plus what the queue needs to wake up across processes. */
 export interface Db {
@@ -111,6 +152,8 @@ export interface Db {
 
 // pg returns int8 and numeric as strings by default; our counts fit in a double.
 pg.types.setTypeParser(20, (v) => Number(v));
+// `json` columns hold the exact text we wrote (migration 0002); read numbers back exactly too.
+pg.types.setTypeParser(JSON_OID, parseJson);
 
 /** Opens PostgreSQL when `url` is given, PGlite under `workspace` otherwise. */
 export async function createDb(opts: { url: string | null; workspace: string; poolSize?: number }): Promise<Db> {
@@ -270,7 +313,7 @@ export function isDatabaseUnavailable(err: unknown): boolean {
 async function createPglite(dir: string): Promise<Db> {
   const { PGlite } = await import('@electric-sql/pglite');
   const { PGliteDialect } = await import('./pglite-dialect.ts');
-  const client = await PGlite.create(dir);
+  const client = await PGlite.create(dir, { parsers: { [JSON_OID]: parseJson } });
   const kysely = new Kysely<Database>({ dialect: new PGliteDialect(client) });
   return {
     kysely,

@@ -2,6 +2,7 @@
 import { sql, type Kysely, type Transaction } from 'kysely';
 import type { Database, DlqRow } from './database.ts';
 import { canMatchText } from './executions.repository.ts';
+import { stringifyJson } from '../util/json.ts';
 
 type Q = Kysely<Database> | Transaction<Database>;
 
@@ -22,7 +23,7 @@ export async function insertDlq(db: Q, e: NewDlqEntry): Promise<DlqRow> {
     .insertInto('dlq')
     .values({
       job_id: e.jobId,
-      job_data: JSON.stringify(e.jobData),
+      job_data: stringifyJson(e.jobData),
       error_type: e.errorType,
       error_message: e.errorMessage,
       retry_count: e.retryCount,

@@ -1,12 +1,14 @@
 /**
  * The batched insert of async submissions (one array per column through unnest): every column
- * arrives as given, a batch is all or nothing, and with a channel the same statement wakes that
+ * arrives as given (json columns as the exact text, numbers included), a batch is all or nothing, and with a channel the same statement wakes that
  * channel's listeners — once per batch — on PostgreSQL and on PGlite.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
 import type { Db, NewExecutionRow } from '../../../src/store/database.ts';
-import { EXECUTION_COLUMN_TYPES, insertExecutions } from '../../../src/store/executions.repository.ts';
+import { EXECUTION_COLUMN_TYPES, insertExecution, insertExecutions } from '../../../src/store/executions.repository.ts';
+import { insertDlq } from '../../../src/store/dlq.repository.ts';
+import { parseJson, stringifyJson } from '../../../src/util/json.ts';
 import { connectionPair, freshDatabase, type TestDatabase } from '../../support/db.ts';
 
 let database: TestDatabase;
@@ -75,6 +77,28 @@ describe('insertExecutions', () => {
       'fork',
       5,
     ]);
+  });
+
+  it('json columns (json, not jsonb) keep the text as written and read numbers back exactly', async () => {
+    const text = '{"big":12345678901234567890,"dec":0.1000000000000000055511151231257827,"f":1.0,"e":1e400,"z":-0,"s":"a\\u0000b"}';
+    await insertExecutions(writer.kysely, [row('x-1', { input_data: text, output: text })]);
+    await insertExecution(writer.kysely, row('x-2', { input_data: text, output: text }));
+    const dlq = await insertDlq(writer.kysely, { jobId: 'x-2', jobData: { code: 'print(1)', input_data: parseJson(text), job_type: 'default' }, errorType: 'internal_error', errorMessage: 'm', retryCount: 0, clientIp: null, correlationId: null });
+    const types = await sql<{ table_name: string; column_name: string; data_type: string }>`
+      SELECT table_name, column_name, data_type FROM information_schema.columns
+      WHERE (table_name = 'executions' AND column_name IN ('input_data', 'output', 'requirements', 'error', 'timing', 'resource_usage', 'stdout', 'stderr'))
+         OR (table_name = 'dlq' AND column_name = 'job_data')`.execute(listener.kysely);
+    expect(types.rows).toHaveLength(9);
+    for (const c of types.rows) expect(c.data_type, `${c.table_name}.${c.column_name}`).toBe('json');
+    for (const id of ['x-1', 'x-2']) {
+      const raw = await sql<{ input_data: string; output: string }>`SELECT input_data::text AS input_data, output::text AS output FROM executions WHERE id = ${id}`.execute(listener.kysely);
+      expect(raw.rows[0], id).toEqual({ input_data: text, output: text });
+      const got = await listener.kysely.selectFrom('executions').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
+      expect(stringifyJson(got.input_data), id).toBe(text);
+      expect(stringifyJson(got.output), id).toBe(text);
+    }
+    const entry = await listener.kysely.selectFrom('dlq').selectAll().where('id', '=', dlq.id).executeTakeFirstOrThrow();
+    expect(stringifyJson((entry.job_data as { input_data: unknown }).input_data)).toBe(text);
   });
 
   it('is all or nothing: a batch with a duplicate id inserts none of its rows', async () => {
