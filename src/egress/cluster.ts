@@ -1,0 +1,40 @@
+/**
+ * The cluster's egress proxy: one TCP listener for every run pod of a release. Each request carries its
+ * run's credential (token.ts); the proxy applies that run's `allowed_hosts` and logs every decision
+ * with the execution id (refusals at `warn`).
+ */
+import { systemClock, type Clock } from '../clock.ts';
+import type { Logger } from '../logger.ts';
+import { EgressProxy, type Lookup } from './proxy.ts';
+import { authenticateProxyRequest } from './token.ts';
+
+export interface ClusterEgressOptions {
+  /** HMAC key shared with the service (the chart's egress Secret). */
+  key: Buffer | string;
+  port: number;
+  host: string;
+  logger: Logger;
+  clock?: Clock;
+  lookup?: Lookup;
+  connectTimeoutMs?: number;
+  maxConnections?: number;
+}
+
+/** Starts the shared proxy; `close()` it to stop. */
+export async function startClusterEgressProxy(o: ClusterEgressOptions): Promise<EgressProxy> {
+  const clock = o.clock ?? systemClock;
+  return EgressProxy.listenTcp(o.port, o.host, {
+    authenticate: (header) => {
+      const r = authenticateProxyRequest(header, o.key, clock.now());
+      return 'refused' in r ? r : { executionId: r.grant.executionId, allowedHosts: r.grant.allowedHosts };
+    },
+    onDecision: (d) => {
+      const fields = { ...(d.executionId !== undefined ? { execution_id: d.executionId } : {}), host: d.host, port: d.port, allowed: d.allowed, ...(d.reason ? { reason: d.reason } : {}) };
+      if (d.allowed) o.logger.info(fields, 'egress allowed');
+      else o.logger.warn(fields, 'egress refused');
+    },
+    ...(o.lookup ? { lookup: o.lookup } : {}),
+    ...(o.connectTimeoutMs !== undefined ? { connectTimeoutMs: o.connectTimeoutMs } : {}),
+    maxConnections: o.maxConnections ?? 1024,
+  });
+}
