@@ -20,6 +20,9 @@ CLI
                             and dropped, and the truncation flag is set
     --tee                   also copy the program's stdout/stderr (uncapped) to the runner's own
                             stdout/stderr, e.g. so `kubectl logs` shows them
+    --stream-frames         also write the program's output, as it arrives and within --max-stream-bytes,
+                            to the --phase-fd as frames: a line `o LEN` (stdout) or `e LEN` (stderr), then
+                            LEN bytes. Length-prefixed, so nothing the program prints reads as a phase line.
     --phase-fd N            write `execution\\n` to fd N just before the program starts (a hint for the
                             runtime; N may be 1). The program never inherits this fd. Every other
                             fd above 2 is closed at start: the program gets stdio and nothing else.
@@ -39,6 +42,20 @@ CLI
                             no .svc_stdout/.svc_stderr; .svc_report.json is written only for an uncaught
                             exception (its exception fields, exit_code 1). The exit status is the
                             program's, exactly as with `python PATH`.
+    --wait                  warm sandbox (local runtime): start, load everything, fork the program's
+                            process (held until the go line), write `ready\n` to the phase fd, then block reading one line from stdin: a JSON object
+                            {"timeout": SECONDS, "max_stream_bytes": N} (both optional) that overrides
+                            those options. The host writes the program and its input into the
+                            (read-only to the sandbox) /code and /input mounts before that line, or
+                            (Kubernetes pools, where stdin is the only channel into the pod) puts them
+                            in the line as "code" and "input" strings: the runner then writes them to
+                            the --code and --input paths (writable emptyDirs) before the program starts.
+                            The line may be up to 64 MiB. fd 0 is
+                            then replaced by /dev/null, so the program never sees the channel; EOF
+                            without a line ends the runner (exit 0, nothing run). The run then goes on as
+                            without --wait, and after the report is written the runner writes
+                            `done N\n` (N its exit status) to the phase fd, so the host need not wait
+                            for the sandbox's teardown. Not with --exec or --egress-proxy.
 
 Environment
     The program's environment is built from scratch: PATH, HOME and TMPDIR (--tmp), LANG=C.UTF-8,
@@ -68,6 +85,9 @@ How the program is run
     fds 0/1/2 at /dev/null and the capture pipes, sets sys.argv / sys.path[0] as `python PATH` would,
     and compiles and executes the file in a fresh `__main__` module (what runpy.run_path does, without
     runpy's imports). Uncaught exceptions go through sys.excepthook with the runner's frames removed.
+    At the end the child does what the interpreter's exit does that a program can observe (threads
+    joined, atexit, its objects finalized, streams flushed) and leaves with os._exit, skipping the
+    teardown of the whole interpreter.
     The runner's own objects are frozen (gc.freeze) before the fork, so the program's garbage
     collections do not walk, and copy, the pages it shares with the runner.
     The forking runner is not dumpable (prctl PR_SET_DUMPABLE 0; the program is set dumpable again):
@@ -98,12 +118,14 @@ class Args:
     timeout = 30.0
     max_stream_bytes = 32768
     tee = False
+    stream_frames = False
     phase_fd = -1
     cwd = None
     tmp = '/tmp'
     reexeced = False
     exec_mode = False
     egress_proxy = None
+    wait = False
 
     def __init__(self):
         self.env = []
@@ -163,8 +185,12 @@ def parse_args(argv):
                 a.egress_proxy = val
             elif opt == '--tee':
                 a.tee = True
+            elif opt == '--stream-frames':
+                a.stream_frames = True
             elif opt == '--exec':
                 a.exec_mode = True
+            elif opt == '--wait':
+                a.wait = True
             elif opt == '--reexeced':
                 a.reexeced = True
             else:
@@ -222,7 +248,7 @@ def apply_rlimits(a, err_fd):
 
 
 def child(a, out_w, err_w, info_w):
-    """Runs in the forked child; never returns (ends through SystemExit like `python PATH`)."""
+    """Runs in the forked child; never returns (ends as `python PATH` would: exit_like_python)."""
     import _signal
     _signal.set_wakeup_fd(-1)
     for s in (_signal.SIGCHLD, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGALRM):
@@ -238,7 +264,67 @@ def child(a, out_w, err_w, info_w):
             os.close(fd)
     if a.cwd:
         os.chdir(a.cwd)
-    run_program(a, lambda e: report_exception(e, info_w))
+    try:
+        run_program(a, lambda e: report_exception(e, info_w))
+    except SystemExit as e:
+        exit_like_python(e)
+
+
+def exit_like_python(e):
+    """Ends the forked program as the interpreter's exit would, minus tearing the interpreter down.
+
+    What `python PATH` does at exit and a program can observe: SystemExit's status (None is 0, an int
+    is itself, anything else is printed to stderr and gives 1), non-daemon threads joined, atexit
+    handlers run, the program's objects finalized (its globals dropped and cycles collected, so files
+    it left open are flushed and closed and __del__ runs), stdout and stderr flushed (120 when stdout
+    cannot be). Freeing the rest of the interpreter (the runner's own frozen objects, every module)
+    changes nothing outside the process and costs milliseconds in a forked child, whose exit copies
+    the pages it touches; os._exit skips it.
+    """
+    code = e.code
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code & 0xff
+    else:
+        try:
+            sys.stdout.flush()
+        except BaseException:
+            pass
+        try:
+            sys.stderr.write('%s\n' % (code,))
+        except BaseException:
+            pass
+        status = 1
+    e = None  # noqa: F841 — no reference from here to the program's frames
+    threading = sys.modules.get('threading')
+    if threading is not None:
+        try:
+            threading._shutdown()
+        except BaseException:
+            pass
+    try:
+        import atexit
+        atexit._run_exitfuncs()
+    except BaseException:
+        pass
+    try:
+        main_mod = sys.modules.get('__main__')
+        if main_mod is not None:
+            main_mod.__dict__.clear()
+        import gc
+        gc.collect()
+    except BaseException:
+        pass
+    try:
+        sys.stdout.flush()
+    except BaseException:
+        status = 120
+    try:
+        sys.stderr.flush()
+    except BaseException:
+        pass
+    os._exit(status)
 
 
 def run_program(a, on_exception):
@@ -476,6 +562,54 @@ def close_stray_fds(keep):
                 pass
 
 
+MAX_GO_LINE = 64 * 1024 * 1024
+
+
+def wait_for_go(a):
+    """--wait: says `ready`, reads the one go line from stdin, then closes that channel for good."""
+    import json
+    if a.phase_fd >= 0:
+        try:
+            os.write(a.phase_fd, b'ready\n')
+        except OSError:
+            os._exit(0)
+    buf = bytearray()
+    # The line may carry the program and its input (cluster pools): bounded, but far above 4 KiB.
+    while b'\n' not in buf and len(buf) < MAX_GO_LINE:
+        try:
+            chunk = os.read(0, 4096)
+        except InterruptedError:
+            continue
+        except OSError:
+            chunk = b''
+        if not chunk:
+            break
+        buf.extend(chunk)
+    if b'\n' not in buf:
+        os._exit(0)  # retired before use: nothing ran
+    try:
+        msg = json.loads(bytes(buf[:buf.index(b'\n')]))
+        if 'timeout' in msg:
+            a.timeout = float(msg['timeout'])
+        if 'max_stream_bytes' in msg:
+            a.max_stream_bytes = int(msg['max_stream_bytes'])
+        files = [(a.code, msg['code'])] if 'code' in msg else []
+        if 'input' in msg:
+            files.append((a.input, msg['input']))
+        for path, text in files:
+            if not isinstance(text, str):
+                raise TypeError(path)
+    except (ValueError, TypeError, AttributeError):
+        die('bad go message')
+    # Written before the gate opens: the program's process reads --code only after the go.
+    for path, text in files:
+        write_file(path, text.encode('utf-8', 'surrogatepass'))
+    # The channel is gone before the program exists: fd 0 is /dev/null from here on.
+    null = os.open('/dev/null', os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+
+
 def main():
     a = parse_args(sys.argv[1:])
     close_stray_fds(a.phase_fd)
@@ -513,14 +647,25 @@ def main():
     import time
     import _signal as signal  # the C module: `signal` would import enum and collections
 
-    out_dir = a.output
-    write_file(os.path.join(out_dir, '.svc_phase'), b'execution')
-    if a.phase_fd >= 0:
-        try:
-            os.write(a.phase_fd, b'execution\n')
-        except OSError:
-            pass
+    if a.wait and (a.exec_mode or a.egress_proxy):
+        die('--wait cannot be combined with --exec or --egress-proxy')
 
+    out_dir = a.output
+
+    def announce_execution():
+        write_file(os.path.join(out_dir, '.svc_phase'), b'execution')
+        if a.phase_fd >= 0:
+            try:
+                os.write(a.phase_fd, b'execution\n')
+            except OSError:
+                pass
+
+    if not a.wait:
+        announce_execution()
+
+    # --wait: the program's process is forked before `ready` and held at this gate until the go
+    # line, so the fork is not part of the run.
+    gate_r, gate_w = os.pipe2(os.O_CLOEXEC) if a.wait else (-1, -1)
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.set_wakeup_fd(wake_w)
@@ -544,8 +689,15 @@ def main():
     except OSError as e:
         die('cannot fork: %s' % e)
     if pid == 0:
+        signal.set_wakeup_fd(-1)
         for fd in (wake_r, wake_w, out_r, err_r, info_r):
             os.close(fd)
+        if a.wait:
+            os.close(gate_w)
+            # EOF: the runner ended without a go line (a retired sandbox); nothing runs.
+            if not os.read(gate_r, 1):
+                os._exit(0)
+            os.close(gate_r)
         # The program is an ordinary process again (its own /proc entries, attachable by its children
         # as under `python PATH`); the runner stays out of its reach.
         set_dumpable(True)
@@ -566,6 +718,13 @@ def main():
     os.close(out_w)
     os.close(err_w)
     os.close(info_w)
+    if a.wait:
+        os.close(gate_r)
+        wait_for_go(a)
+        announce_execution()
+        t0 = time.monotonic()
+        os.write(gate_w, b'g')
+        os.close(gate_w)
     if relay is not None:
         start_relay(relay, a.egress_proxy)
     if a.phase_fd > 2:
@@ -609,6 +768,12 @@ def main():
             room = cap - len(b)
             if room > 0:
                 b.extend(chunk[:room])
+                if a.stream_frames and a.phase_fd >= 0:
+                    kept = chunk[:room]
+                    try:
+                        os.write(a.phase_fd, b'%s %d\n' % (b'o' if fd == out_r else b'e', len(kept)) + kept)
+                    except OSError:
+                        pass
             if len(chunk) > room:
                 truncated[fd] = True
             if a.tee:
@@ -686,6 +851,11 @@ def main():
     write_file(os.path.join(out_dir, '.svc_stderr'), bytes(bufs[err_r]))
     write_file(os.path.join(out_dir, '.svc_report.json'), to_json(report).encode('utf-8', 'replace'))
     write_file(os.path.join(out_dir, '.svc_phase'), phase.encode())
+    if a.wait and a.phase_fd >= 0:
+        try:
+            os.write(a.phase_fd, b'done %d\n' % runner_exit)
+        except OSError:
+            pass
     os._exit(runner_exit)
 
 

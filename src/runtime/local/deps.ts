@@ -174,18 +174,36 @@ export interface InstallContext {
   background(p: Promise<unknown>): void;
 }
 
+/** Extras of a build's install (build.ts): pip's report and a lock file, both in `workDir`. */
+export interface InstallExtras {
+  /** Host directory (owned by the sandbox user) mounted read-write at `/build-work`. */
+  workDir: string;
+  /** Ask pip for `--report /build-work/report.json` (what was resolved, with archive hashes). */
+  report: boolean;
+  /** Install exactly `/build-work/<lockFile>` (`--no-deps --require-hashes -r`), nothing else. */
+  lockFile?: string;
+}
+
 /**
  * An {@link Installer} that runs `pip install --target` with `interpreter` in a sandbox of the
  * runtime's engine: network allowed, uid 1000, its own cgroup, the pip cache mounted read-write.
+ * With `extras` (builds), pip also writes its resolution report, or installs a hash-pinned lock file.
  */
-export function sandboxInstaller(ctx: InstallContext, interpreter: string): Installer {
+export function sandboxInstaller(ctx: InstallContext, interpreter: string, extras?: InstallExtras): Installer {
   return async (target, reqs, deadline, signal) => {
     const rd = RunDir.create({ host: ctx.host, runsDir: ctx.runsDir, id: sandboxId('deps', ctx.clock.now()), tmpBytes: INSTALL_LIMITS.memoryBytes });
     const cgroup = ctx.cgroups?.create(rd.id, INSTALL_LIMITS) ?? null;
     try {
       rd.mount({ type: 'rw', src: target, dest: '/deps-build' });
       rd.mount({ type: 'rw', src: ctx.cache.pipCacheDir, dest: '/pip-cache' });
+      if (extras) rd.mount({ type: 'rw', src: extras.workDir, dest: '/build-work' });
       const pip = ctx.pip;
+      const buildArgs = !extras
+        ? []
+        : [
+            ...(extras.report ? ['--report', rd.at('/build-work/report.json')] : []),
+            ...(extras.lockFile ? ['--no-deps', '--require-hashes', '-r', rd.at(`/build-work/${extras.lockFile}`)] : []),
+          ];
       const argv = [
         interpreter, '-m', 'pip', 'install',
         '--target', rd.at('/deps-build'),
@@ -195,6 +213,7 @@ export function sandboxInstaller(ctx: InstallContext, interpreter: string): Inst
         ...pip.find_links.flatMap((f) => ['--find-links', f]),
         ...(pip.no_index ? ['--no-index'] : []),
         ...pip.extra_args,
+        ...buildArgs,
         ...reqs,
       ];
       const env = { ...programEnv([], {}, rd.at('/tmp')), PIP_NO_COLOR: '1', PYTHONDONTWRITEBYTECODE: '1' };

@@ -28,11 +28,13 @@
  */
 import path from 'node:path';
 import { systemClock, type Clock } from '../../clock.ts';
-import { parseMemory, type Config } from '../../config.ts';
+import { parseMemory, warmPoolSizes, type Config } from '../../config.ts';
+import { FileJobTypeRegistry, type JobType } from '../../jobtypes/job-type.ts';
 import { silentLogger, type Logger } from '../../logger.ts';
 import { baseObservation, emptyRun, RUNNER_TIMEOUT_EXIT } from '../run-output.ts';
-import { RunGoneError, type RawRun, type RunObservation, type RunOptions, type RunSpec, type Runtime, type RuntimeHealth } from '../runtime.ts';
-import { detectCgroups, type CgroupSupport, type RunCgroup } from './cgroups.ts';
+import { RunGoneError, type RawRun, type RunObservation, type RunOptions, type RunSpec, type Runtime, type RuntimeHealth, type WarmPoolStats } from '../runtime.ts';
+import { detectCgroups, type CgroupLimits, type CgroupSupport, type RunCgroup } from './cgroups.ts';
+import { builtEnvironmentStep, LocalBuilder } from './build.ts';
 import { collectRun } from './collect.ts';
 import { DepsCache, prepareRequirements, sandboxInstaller, type InstallContext } from './deps.ts';
 import { EgressProxy } from './egress-proxy.ts';
@@ -42,6 +44,7 @@ import { runscDelete, superviseLaunch, type LaunchResult } from './proc.ts';
 import { RunDir, sandboxId } from './run-dir.ts';
 import { runnerSandbox } from './runner-command.ts';
 import { EGRESS_DIR, SandboxHost, WRAPPER_FAILED_EXIT } from './sandbox.ts';
+import { SandboxPool, type PoolTarget, type WarmSandbox } from './sandbox-pool.ts';
 import { Spawner } from './spawner.ts';
 import { WarmPool, type Warm } from './warm-pool.ts';
 import { checkTraversable, claimWorkspace, instanceRoot, prepareRunsDir, releaseRunsDir, releaseWorkspace } from './workspace.ts';
@@ -56,6 +59,13 @@ export interface LocalRuntimeOptions {
 /** The local runtime; `engine` is known after `start()`. */
 export interface LocalRuntime extends Runtime {
   readonly engine: EngineName | null;
+  /**
+   * Keeps `size` warm sandboxes of this job type from now on and resolves once one is ready (tests
+   * and tools; the service configures its pools with `warm_pool.sizes`). Rejects without a pool
+   * (no cgroups, or the `process` engine) or for a job type that cannot be pooled.
+   */
+  prewarm(jobType: JobType, size?: number): Promise<void>;
+  warmPoolStats(): WarmPoolStats[];
 }
 
 /** Longest Unix socket path Linux takes (sun_path is 108 bytes with its NUL). */
@@ -84,6 +94,8 @@ interface Prepared {
   /** Forks the warm children (with cgroups only: they exist to enter a run's cgroups early). */
   spawner: Spawner | null;
   warm: WarmPool | null;
+  /** Warm sandboxes per job type (with cgroups and a real engine only; see sandbox-pool.ts). */
+  sandboxes: SandboxPool | null;
 }
 
 /** One run's state between the steps of {@link LocalRuntimeImpl.run}. */
@@ -110,6 +122,8 @@ class LocalRuntimeImpl implements LocalRuntime {
   private readonly cleanups = new Set<Promise<void>>();
   private readonly probeErrors: Partial<Record<EngineName, string>> = {};
   private gvisorWorks = false;
+  /** Job-type builds (build.ts): usable once started. */
+  readonly builder: LocalBuilder;
 
   constructor(
     private readonly config: Config,
@@ -118,6 +132,7 @@ class LocalRuntimeImpl implements LocalRuntime {
   ) {
     this.bins = findEngineBinaries(config);
     ({ root: this.root, instance: this.instance } = instanceRoot(config));
+    this.builder = new LocalBuilder(path.join(this.root, 'builds'), config, () => (this.p ? { install: this.installContext(this.p) } : null), clock);
   }
 
   get engine(): EngineName | null {
@@ -154,16 +169,71 @@ class LocalRuntimeImpl implements LocalRuntime {
       cgroups && spawner
         ? new WarmPool({ cgroups, spawner, host, target: Math.min(Math.max(this.config.max_workers, 1), MAX_WARM), clock: this.clock, log: this.log, background: (q) => this.background(q) })
         : null;
-    this.p = { engine, host, cgroups, deps, runsDir, runsTmpfs, spawner, warm };
+    const sandboxes = cgroups && spawner && engine !== 'process' ? this.sandboxPool(cgroups, spawner, host, runsDir) : null;
+    this.p = { engine, host, cgroups, deps, runsDir, runsTmpfs, spawner, warm, sandboxes };
     warm?.refill();
+    sandboxes?.tick();
     this.log.info(
       { engine, limits: cgroups ? `cgroups-v${cgroups.version}` : 'rlimits', orphan_cgroups: orphans, runs_tmpfs: runsTmpfs },
       engine === 'process' ? 'local runtime started WITHOUT isolation (process engine)' : 'local runtime started',
     );
   }
 
+  /** The warm sandbox pool of `warm_pool.sizes` (job types from the config file, as the service's registry). */
+  private sandboxPool(cgroups: CgroupSupport, spawner: Spawner, host: SandboxHost, runsDir: string): SandboxPool | null {
+    const registry = new FileJobTypeRegistry(this.config);
+    const targets: PoolTarget[] = [];
+    for (const [name, size] of Object.entries(warmPoolSizes(this.config))) {
+      const jobType = registry.get(name);
+      const interpreter = jobType ? this.config.python_interpreters[jobType.pythonVersion] : undefined;
+      if (!jobType || !interpreter) {
+        this.log.warn({ job_type: name }, 'warm_pool.sizes names an unknown job type (or one without an interpreter): not kept warm');
+        continue;
+      }
+      if (jobType.requirements.length > 0 || jobType.network.allowedHosts.length > 0) {
+        this.log.info({ job_type: name }, 'job types with requirements or allowed_hosts start cold: not kept warm');
+        continue;
+      }
+      if (size > 0) targets.push({ jobType, interpreter, size });
+    }
+    return targets.length === 0 ? null : this.newPool(cgroups, spawner, host, runsDir, targets);
+  }
+
+  private newPool(cgroups: CgroupSupport, spawner: Spawner, host: SandboxHost, runsDir: string, targets: PoolTarget[]): SandboxPool {
+    return new SandboxPool({
+      cgroups,
+      spawner,
+      host,
+      runsDir,
+      runsc: this.bins.runsc,
+      targets,
+      maxIdleMs: this.config.warm_pool.max_idle_sec * 1000,
+      maxStarting: this.config.warm_pool.max_starting,
+      maxStreamBytes: this.config.max_stdout_bytes,
+      limitsFor: (jt, memoryBytes) => this.limits(host.engine, jt, memoryBytes, false),
+      clock: this.clock,
+      log: this.log,
+      background: (q) => this.background(q),
+    });
+  }
+
+  async prewarm(jobType: JobType, size = 1): Promise<void> {
+    const p = this.p;
+    if (!p) throw new Error('local runtime is not started');
+    const interpreter = this.config.python_interpreters[jobType.pythonVersion];
+    if (!interpreter) throw new Error(`no interpreter configured for python ${jobType.pythonVersion}`);
+    if (!p.sandboxes && p.cgroups && p.spawner && p.engine !== 'process') p.sandboxes = this.newPool(p.cgroups, p.spawner, p.host, p.runsDir, []);
+    if (!p.sandboxes) throw new Error('warm sandboxes need cgroups (root) and an isolating engine');
+    await p.sandboxes.ensure({ jobType, interpreter, size });
+  }
+
+  warmPoolStats(): WarmPoolStats[] {
+    return this.p?.sandboxes?.stats() ?? [];
+  }
+
   async stop(): Promise<void> {
     this.p?.warm?.stop();
+    await this.p?.sandboxes?.stop();
     await Promise.allSettled([...this.cleanups]);
     const p = this.p;
     this.p = null;
@@ -211,6 +281,8 @@ class LocalRuntimeImpl implements LocalRuntime {
       return this.finish(obs, t0, { infraError: { type: 'config_error', message: `no interpreter configured for python ${spec.jobType.pythonVersion} (python_interpreters)` } });
     }
     const memoryBytes = parseMemory(spec.jobType.memoryLimit);
+    const claimed = p.sandboxes?.claim(spec.jobType, interpreter, spec.requirements) ?? null;
+    if (claimed && this.deliver(claimed, spec)) return this.runWarm(spec, options, p, t0, obs, claimed);
     const rd = RunDir.create({ host: p.host, runsDir: p.runsDir, id: sandboxId(null, t0), program: { code: spec.code, inputJson: spec.inputJson }, tmpBytes: memoryBytes });
     const s: RunState = { spec, options, p, interpreter, t0, obs, rd, depsDir: null, egress: null, warm: null, cgroup: null };
     try {
@@ -236,19 +308,77 @@ class LocalRuntimeImpl implements LocalRuntime {
     }
   }
 
+  /**
+   * Writes the program and input into a claimed warm sandbox's run directory. When that fails (its
+   * directory is gone or its disk full), the sandbox is destroyed and the run starts cold instead:
+   * a broken warm sandbox is a miss, never the run's failure.
+   */
+  private deliver(w: WarmSandbox, spec: RunSpec): boolean {
+    try {
+      w.rd.writeProgram({ code: spec.code, inputJson: spec.inputJson });
+      return true;
+    } catch (err) {
+      this.log.warn({ execution_id: spec.executionId, err: String(err) }, 'warm sandbox unusable; starting the run cold');
+      this.background(w.destroy());
+      setImmediate(() => this.p?.sandboxes?.tick());
+      return false;
+    }
+  }
+
+  /**
+   * A run on a claimed warm sandbox: the program and input go into its run directory, the go line
+   * down its stdin; from the runner's `execution` marker the run is supervised as a cold one, and
+   * its `done` line ends it: the cgroup is killed, the output collected, and the sandbox destroyed
+   * in the background (the engine's teardown is not waited for).
+   */
+  private async runWarm(spec: RunSpec, options: RunOptions, p: Prepared, t0: number, obs: RunObservation, w: WarmSandbox): Promise<RawRun> {
+    const s: RunState = { spec, options, p, interpreter: '', t0, obs, rd: w.rd, depsDir: null, egress: null, warm: null, cgroup: w.cgroup };
+    try {
+      w.go(spec.timeoutSec, spec.maxStdoutBytes);
+      const res = await superviseLaunch(null, {
+        clock: this.clock,
+        startupDeadline: t0 + spec.startupTimeoutSec * 1000,
+        timeoutMs: spec.timeoutSec * 1000,
+        signal: options.signal,
+        onExecution: () => {
+          obs.phase = 'execution';
+          options.onPhase?.('execution');
+        },
+        kill: () => w.cgroup.killAll(),
+        started: w.proc,
+        doneMarker: true,
+        framed: true,
+        onOutput: options.onOutput,
+      });
+      this.observe(s, res);
+      // The cgroup's counter includes the sandbox's own start, before the claim.
+      if (obs.cpuTimeMs !== undefined) obs.cpuTimeMs = Math.max(0, obs.cpuTimeMs - w.cpuBeforeMs);
+      return this.finish(obs, t0, {}, collectRun(w.rd.outputDir, res, obs, spec));
+    } finally {
+      this.background(w.destroy());
+      setImmediate(() => p.sandboxes?.tick());
+    }
+  }
+
   /** Startup step: the requirements' environment, mounted at `/deps`; or how the run ends. */
   private async prepareRequirements(s: RunState): Promise<Partial<RunObservation> | undefined> {
     const { p, spec } = s;
     if (spec.requirements.length === 0) return undefined;
-    const ctx: InstallContext = { host: p.host, cgroups: p.cgroups, runsDir: p.runsDir, cache: p.deps, pip: this.config.pip, runsc: this.bins.runsc, clock: this.clock, background: (q) => this.background(q) };
-    const key = { interpreter: s.interpreter, pythonVersion: spec.jobType.pythonVersion, pip: this.config.pip };
+    s.options.onPhase?.('installing');
     const deadline = s.t0 + spec.startupTimeoutSec * 1000;
-    const r = await prepareRequirements(p.deps, spec.requirements, key, sandboxInstaller(ctx, s.interpreter), deadline, s.options.signal);
+    // A built job type: its pinned environment, nothing installed (production_mode refuses installs).
+    const built = await builtEnvironmentStep(this.builder, this.config, spec, this.clock, deadline, s.options.signal);
+    const key = { interpreter: s.interpreter, pythonVersion: spec.jobType.pythonVersion, pip: this.config.pip };
+    const r = built.handled ? built : await prepareRequirements(p.deps, spec.requirements, key, sandboxInstaller(this.installContext(p), s.interpreter), deadline, s.options.signal);
     s.obs.depInstallMs = r.installMs;
     if (r.end) return r.end;
     s.depsDir = r.depsDir;
     if (r.depsDir) s.rd.mount({ type: 'ro', src: r.depsDir, dest: '/deps' });
     return undefined;
+  }
+
+  private installContext(p: Prepared): InstallContext {
+    return { host: p.host, cgroups: p.cgroups, runsDir: p.runsDir, cache: p.deps, pip: this.config.pip, runsc: this.bins.runsc, clock: this.clock, background: (q) => this.background(q) };
   }
 
   /**
@@ -278,17 +408,22 @@ class LocalRuntimeImpl implements LocalRuntime {
   private placeInCgroups(s: RunState, memoryBytes: number): void {
     const { p, spec } = s;
     s.warm = p.warm?.take() ?? null;
-    // bwrap adds one process (its outer monitor; with --as-pid-1 there is no namespace init) and the
-    // runner (or its sh) one, the stream relay of an in-process run one more; user code gets the rest.
-    // gVisor's sentry has host threads of its own; it enforces the count itself (RLIMIT_NPROC inside).
-    const pids = p.engine === 'gvisor' ? spec.jobType.maxProcesses * 3 + 256 : spec.jobType.maxProcesses + (this.inProcess(s) ? 3 : 2);
-    const limits = { memoryBytes, pids, cpus: spec.jobType.cpuLimit };
+    const limits = this.limits(p.engine, spec.jobType, memoryBytes, this.inProcess(s));
     if (s.warm) {
       s.cgroup = s.warm.cgroup;
       s.cgroup.setLimits(limits);
     } else {
       s.cgroup = p.cgroups?.create(s.rd.id, limits) ?? null;
     }
+  }
+
+  /** A run's cgroup limits (cold, or a warm sandbox of the job type). */
+  private limits(engine: EngineName, jt: JobType, memoryBytes: number, inProcess: boolean): CgroupLimits {
+    // bwrap adds one process (its outer monitor; with --as-pid-1 there is no namespace init) and the
+    // runner (or its sh) one, the stream relay of an in-process run one more; user code gets the rest.
+    // gVisor's sentry has host threads of its own; it enforces the count itself (RLIMIT_NPROC inside).
+    const pids = engine === 'gvisor' ? jt.maxProcesses * 3 + 256 : jt.maxProcesses + (inProcess ? 3 : 2);
+    return { memoryBytes, pids, cpus: jt.cpuLimit };
   }
 
   /**
@@ -341,6 +476,8 @@ class LocalRuntimeImpl implements LocalRuntime {
       warm: s.warm?.proc,
       // The marker line comes first on stdout; some slack for it.
       capture: inProcess ? [spec.maxStdoutBytes + 64, spec.maxStdoutBytes + 1] : undefined,
+      framed: !inProcess,
+      onOutput: s.options.onOutput,
     });
     return { res, launch };
   }

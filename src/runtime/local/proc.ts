@@ -87,6 +87,8 @@ export interface LaunchResult {
   spawnError: string | null;
   /** The sandbox's stdout/stderr, up to the caps (`capture` only). */
   captured: { stdout: Buffer; stderr: Buffer } | null;
+  /** The runner's `done N` line ended the run (`doneMarker`); the sandbox may still be tearing down. */
+  byDoneMarker: boolean;
 }
 
 /** Options of {@link superviseLaunch}. */
@@ -106,7 +108,24 @@ export interface SuperviseOptions {
   warm?: SpawnedProc | undefined;
   /** The program writes to the sandbox's stdout/stderr (`--exec`): keep them, capped as given. */
   capture?: [number, number] | undefined;
+  /** A process already running the launch (a claimed warm sandbox): nothing is started. */
+  started?: RunProc | undefined;
+  /**
+   * The runner writes `done N` on stdout once its report is written (`--wait`): the result is taken
+   * then, with exit status N, without waiting for the sandbox's teardown (the caller kills it).
+   */
+  doneMarker?: boolean;
+  /**
+   * The program's output as it is written, from the runner's `execution` marker on: the runner's
+   * frames on stdout (`framed`, a forking runner with `--stream-frames`), or the sandbox's own
+   * stdout/stderr (`capture`, an in-process program).
+   */
+  onOutput?: ((stream: 'stdout' | 'stderr', chunk: Buffer) => void) | undefined;
+  /** The runner frames the program's output on stdout (`--stream-frames`): parsed out of the control lines. */
+  framed?: boolean;
 }
+
+const DONE_LINE = /(?:^|\n)done (\d{1,3})\n/;
 
 /**
  * Starts a launch — in a warm process when one is given (it execs the command), else as a new
@@ -114,12 +133,19 @@ export interface SuperviseOptions {
  * `execution` on its stdout, then that moment + `timeoutMs` (+ grace). On the deadline or an abort
  * the whole process group and the cgroup are killed.
  */
-export async function superviseLaunch(launch: Launch, o: SuperviseOptions): Promise<LaunchResult> {
-  const res: LaunchResult = { exitCode: null, signal: null, tExec: null, killedBy: null, stdoutTail: '', stderrTail: '', spawnError: null, captured: null };
+export async function superviseLaunch(launch: Launch | null, o: SuperviseOptions): Promise<LaunchResult> {
+  const res: LaunchResult = { exitCode: null, signal: null, tExec: null, killedBy: null, stdoutTail: '', stderrTail: '', spawnError: null, captured: null, byDoneMarker: false };
   const outChunks: Buffer[] = [];
   const errChunks: Buffer[] = [];
   let proc: RunProc;
-  if (o.warm) {
+  let doneCode: (code: number) => void = () => {};
+  const done = new Promise<number>((r) => (doneCode = r));
+  if (o.started) {
+    proc = o.started;
+  } else if (!launch) {
+    res.spawnError = 'nothing to start';
+    return res;
+  } else if (o.warm) {
     proc = o.warm;
     o.warm.launch({ file: launch.file, args: launch.args, env: launch.env, cwd: launch.cwd, caps: o.capture });
   } else {
@@ -146,27 +172,61 @@ export async function superviseLaunch(launch: Launch, o: SuperviseOptions): Prom
   const onAbort = () => killAll('abort');
   o.signal?.addEventListener('abort', onAbort, { once: true });
   let stdoutBuf = '';
+  const emit = (stream: 'stdout' | 'stderr', b: Buffer) => {
+    if (b.length === 0 || !o.onOutput) return;
+    try {
+      o.onOutput(stream, b);
+    } catch {
+      /* live output is best effort */
+    }
+  };
+  const frames = o.framed ? new FrameReader(emit) : null;
+  /** Control text after the marker (the `done N` line), scanned without the framed program output. */
+  const control = (text: string) => {
+    stdoutBuf += text;
+    if (o.doneMarker) {
+      const m = DONE_LINE.exec(stdoutBuf);
+      if (m) doneCode(Number(m[1]));
+    }
+    if (stdoutBuf.length > 64) stdoutBuf = stdoutBuf.slice(-64);
+  };
+  /** Stdout after the marker. */
+  const afterMarker = (b: Buffer) => {
+    if (frames) frames.feed(b, control);
+    else {
+      if (o.capture) emit('stdout', b);
+      if (o.doneMarker) control(b.toString('latin1'));
+    }
+  };
   proc.onStdout((chunk: Buffer) => {
     if (o.capture) outChunks.push(chunk);
     if (o.collectStdout) {
       res.stdoutTail = (res.stdoutTail + chunk.toString('utf8')).slice(-STREAM_TAIL);
     } else if (res.tExec === null) {
       stdoutBuf += chunk.toString('latin1');
-      if (stdoutBuf.includes(EXECUTION_MARKER)) {
+      const at = stdoutBuf.indexOf(EXECUTION_MARKER);
+      if (at >= 0) {
         res.tExec = o.clock.now();
         // Nothing inside keeps the time limit of an in-process program: this deadline is it.
         arm(res.tExec + o.timeoutMs + (o.capture ? 0 : EXECUTION_GRACE_MS));
         o.onExecution?.();
-      } else if (stdoutBuf.length > 64) {
-        stdoutBuf = stdoutBuf.slice(-64);
-      }
+        // Latin-1 maps bytes 1:1, so what follows the marker is the chunk's remaining bytes.
+        const rest = Buffer.from(stdoutBuf.slice(at + EXECUTION_MARKER.length), 'latin1');
+        stdoutBuf = '\n';
+        afterMarker(rest);
+      } else if (stdoutBuf.length > 64) stdoutBuf = stdoutBuf.slice(-64);
+    } else if (o.doneMarker || frames || o.capture) {
+      afterMarker(chunk);
     }
   });
   proc.onStderr((chunk: Buffer) => {
     if (o.capture) errChunks.push(chunk);
+    if (o.capture && res.tExec !== null) emit('stderr', chunk);
     res.stderrTail = (res.stderrTail + chunk.toString('utf8')).slice(-STREAM_TAIL);
   });
-  const [code, sig, spawnError] = await proc.closed;
+  const end = await Promise.race([proc.closed, done]);
+  const [code, sig, spawnError]: [number | null, NodeJS.Signals | null, string | null] = typeof end === 'number' ? [end, null, null] : end;
+  res.byDoneMarker = typeof end === 'number';
   if (o.capture) res.captured = { stdout: Buffer.concat(outChunks), stderr: Buffer.concat(errChunks) };
   settled = true;
   if (timer) clearTimeout(timer);
@@ -196,3 +256,43 @@ export function runscDelete(runsc: string, stateDir: string, ids: string[]): Pro
   return execOk(runsc, ['--root', stateDir, 'delete', '--force', ...ids]);
 }
 
+
+/**
+ * Parses the runner's `--stream-frames` output: a line `o LEN` / `e LEN` followed by LEN bytes of the
+ * program's stdout / stderr (passed on as they arrive, a frame may span reads); any other line is the
+ * runner's own (`done N`). Length-prefixed, so nothing the program prints can pass for a control line.
+ */
+export class FrameReader {
+  private pending: Buffer = Buffer.alloc(0);
+  private need = 0;
+  private stream: 'stdout' | 'stderr' = 'stdout';
+
+  constructor(private readonly emit: (stream: 'stdout' | 'stderr', b: Buffer) => void) {}
+
+  feed(b: Buffer, control: (line: string) => void): void {
+    let buf = this.pending.length > 0 ? Buffer.concat([this.pending, b]) : b;
+    for (;;) {
+      if (this.need > 0) {
+        if (buf.length === 0) break;
+        const take = Math.min(this.need, buf.length);
+        this.emit(this.stream, buf.subarray(0, take));
+        this.need -= take;
+        buf = buf.subarray(take);
+        continue;
+      }
+      const nl = buf.indexOf(10);
+      if (nl < 0) break;
+      const line = buf.subarray(0, nl).toString('latin1');
+      buf = buf.subarray(nl + 1);
+      const m = /^([oe]) (\d{1,9})$/.exec(line);
+      if (m) {
+        this.stream = m[1] === 'o' ? 'stdout' : 'stderr';
+        this.need = Number(m[2]);
+      } else {
+        control(`${line}\n`);
+      }
+    }
+    // A header line split across reads waits for its end (headers are short: anything longer is dropped).
+    this.pending = buf.length > 64 ? Buffer.alloc(0) : Buffer.from(buf);
+  }
+}

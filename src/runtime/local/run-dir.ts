@@ -24,8 +24,11 @@ export interface RunDirOptions {
   /** Parent directory (the runtime's `runs/`). */
   runsDir: string;
   id: string;
-  /** The program and its input; absent for a sandbox that runs no user program (pip). */
-  program?: { code: string; inputJson: string };
+  /**
+   * The program and its input; absent for a sandbox that runs no user program (pip); `later` for a
+   * warm sandbox: the directories and mounts now, the files at claim ({@link RunDir.writeProgram}).
+   */
+  program?: { code: string; inputJson: string } | 'later';
   /** Size of the /tmp tmpfs, bytes (ignored by the `process` engine). */
   tmpBytes: number;
 }
@@ -52,8 +55,7 @@ export class RunDir {
         mkdirSync(path.join(rd.dir, 'code'), { mode: 0o755 });
         mkdirSync(path.join(rd.dir, 'input'), { mode: 0o755 });
         mkdirSync(rd.outputDir, { mode: 0o755 });
-        writeFileSync(path.join(rd.dir, 'code', 'main.py'), o.program.code, { mode: 0o644 });
-        writeFileSync(path.join(rd.dir, 'input', 'data.json'), o.program.inputJson, { mode: 0o644 });
+        if (o.program !== 'later') rd.writeProgram(o.program);
         SandboxHost.ownBySandbox(rd.outputDir);
         rd.mounts.push(
           { type: 'ro', src: path.join(rd.dir, 'code'), dest: '/code' },
@@ -74,6 +76,12 @@ export class RunDir {
       throw err;
     }
     return rd;
+  }
+
+  /** Writes `code/main.py` and `input/data.json` (at creation, or at a warm sandbox's claim). */
+  writeProgram(program: { code: string; inputJson: string }): void {
+    writeFileSync(path.join(this.dir, 'code', 'main.py'), program.code, { mode: 0o644 });
+    writeFileSync(path.join(this.dir, 'input', 'data.json'), program.inputJson, { mode: 0o644 });
   }
 
   /** Host path of `/output`. */

@@ -37,6 +37,11 @@ export interface RunnerCommandOptions {
   cgroups: boolean;
   /** The program runs in the runner's own process under a waiting `sh` (see local-runtime.ts). */
   inProcess: boolean;
+  /**
+   * A warm sandbox (`--wait`): the runner loads and waits for its go line on stdin; `timeoutSec` and
+   * `maxStreamBytes` here are placeholders the go line replaces (see sandbox-pool.ts).
+   */
+  wait?: boolean;
   /** The waiting `sh` of an in-process run, as the sandbox sees it (`SandboxHost.waitingShell`: not dumpable). */
   sh: string;
   /** The run's cgroup.procs files (empty without cgroups, or when a warm process is in them already). */
@@ -75,7 +80,10 @@ function runnerArgv(o: RunnerCommandOptions): string[] {
     '--timeout', String(o.timeoutSec),
     '--max-stream-bytes', String(o.maxStreamBytes),
     '--phase-fd', '1',
-    ...(o.inProcess ? ['--exec'] : []),
+    // The program's output reaches the host as it is written (GET /jobs/{id}/events): in-process it
+    // is the sandbox's own stdout/stderr; a forking runner sends it framed on the phase fd.
+    ...(o.inProcess ? ['--exec'] : ['--stream-frames']),
+    ...(o.wait ? ['--wait'] : []),
     '--rlimit', `fsize=${o.fileSizeBytes}`,
     '--rlimit', `nofile=${SANDBOX_NOFILE}`,
     '--rlimit', 'core=0',

@@ -8,9 +8,11 @@ arrives: moving a process between cgroups costs an RCU grace period, which stays
 Protocol: one JSON object per line on stdin (commands) and stdout (events). Nothing else is read or
 written; diagnostics go to stderr.
 
-    {"op": "warm", "id": ID, "procs": [cgroup.procs files], "fds": [files], "drop": {"uid": U, "gid": G}|null}
+    {"op": "warm", "id": ID, "procs": [cgroup.procs files], "fds": [files], "drop": {"uid": U, "gid": G}|null,
+     "stdin": true|absent}
         fork a child: new session, signals reset, enters the cgroups, opens `fds` read-only (they
-        become fds 3, 4, ... of the command), then — with "drop" — gives up
+        become fds 3, 4, ... of the command), with "stdin" gets a pipe from this process as stdin
+        (instead of /dev/null; see "input"), then — with "drop" — gives up
         root exactly as `setpriv --reuid=U --regid=G --clear-groups --inh-caps=-all --no-new-privs`
         would (exit 199 when any of that fails), and waits for its command.
     {"op": "launch", "id": ID, "file": F, "args": [...], "env": {...}, "cwd": DIR|null, "caps": [O, E]|null}
@@ -19,6 +21,9 @@ written; diagnostics go to stderr.
         the run's cgroups, as a relay: at most O bytes of F's stdout and E of its stderr are passed on,
         the rest is read and dropped there (charged to the run, not to this process), and it ends as
         F ended (same exit code, or the same signal).
+    {"op": "input", "id": ID, "d": TEXT}
+        writes TEXT (UTF-8) to the stdin pipe of a child warmed with "stdin" and closes the pipe: one
+        message, once (a warm sandbox's go line).
     {"op": "kill", "id": ID}
         SIGKILL to the child's process group, unless it was reaped already (no pid reuse races).
     events: {"ev": "pid", "id", "pid"}, {"ev": "out"|"err", "id", "d": latin-1 text},
@@ -47,12 +52,13 @@ CHUNK = 65536
 
 
 class Child:
-    __slots__ = ('id', 'pid', 'ctl_w', 'fds', 'status')
+    __slots__ = ('id', 'pid', 'ctl_w', 'in_w', 'fds', 'status')
 
-    def __init__(self, cid, pid, ctl_w, out_r, err_r):
+    def __init__(self, cid, pid, ctl_w, out_r, err_r, in_w=None):
         self.id = cid
         self.pid = pid
         self.ctl_w = ctl_w
+        self.in_w = in_w
         self.fds = {out_r: 'out', err_r: 'err'}
         self.status = None
 
@@ -62,6 +68,17 @@ def emit(obj):
     while data:
         n = os.write(1, data)
         data = data[n:]
+
+
+def write_and_close(fd, data):
+    """Writes all of data to a child's pipe (a child gone early just loses it), then closes it."""
+    try:
+        while data:
+            n = os.write(fd, data)
+            data = data[n:]
+    except OSError:
+        pass
+    os.close(fd)
 
 
 def reset_signals():
@@ -101,7 +118,7 @@ def drop_privileges(uid, gid):
         raise OSError(0, 'ids did not change')
 
 
-def warm_child(procs, fds, drop, ctl_r, out_w, err_w, inherited):
+def warm_child(procs, fds, drop, ctl_r, out_w, err_w, inherited, in_r=None):
     """In the forked child: never returns."""
     # Nothing of the spawner's stays open here: another child's control pipe held by this one would
     # never reach EOF. stdio is what the command will get (stdin /dev/null, stdout/stderr the pipes).
@@ -110,7 +127,7 @@ def warm_child(procs, fds, drop, ctl_r, out_w, err_w, inherited):
             os.close(fd)
         except OSError:
             pass
-    null = os.open('/dev/null', os.O_RDONLY | os.O_CLOEXEC)
+    null = os.open('/dev/null', os.O_RDONLY | os.O_CLOEXEC) if in_r is None else in_r
     os.dup2(null, 0)
     os.dup2(out_w, 1)
     os.dup2(err_w, 2)
@@ -270,6 +287,9 @@ def main():
             if c.ctl_w is not None:
                 os.close(c.ctl_w)
                 c.ctl_w = None
+            if c.in_w is not None:
+                os.close(c.in_w)
+                c.in_w = None
             finish_if_done(c)
 
     def kill(c):
@@ -290,20 +310,26 @@ def main():
             ctl_r, ctl_w = os.pipe2(os.O_CLOEXEC)
             out_r, out_w = os.pipe2(os.O_CLOEXEC)
             err_r, err_w = os.pipe2(os.O_CLOEXEC)
+            in_r, in_w = os.pipe2(os.O_CLOEXEC) if msg.get('stdin') else (None, None)
             try:
                 pid = os.fork()
             except OSError as e:
-                for fd in (ctl_r, ctl_w, out_r, out_w, err_r, err_w):
-                    os.close(fd)
+                for fd in (ctl_r, ctl_w, out_r, out_w, err_r, err_w, in_r, in_w):
+                    if fd is not None:
+                        os.close(fd)
                 emit({'ev': 'exit', 'id': cid, 'code': None, 'sig': None, 'error': 'cannot fork: %s' % e})
                 return
             if pid == 0:
                 inherited = [ctl_w, out_r, err_r, wake_r, wake_w] + list(by_fd)
                 inherited += [c.ctl_w for c in children.values() if c.ctl_w is not None]
-                warm_child(msg.get('procs') or [], msg.get('fds') or [], msg.get('drop'), ctl_r, out_w, err_w, inherited)
-            for fd in (ctl_r, out_w, err_w):
-                os.close(fd)
-            c = Child(cid, pid, ctl_w, out_r, err_r)
+                inherited += [c.in_w for c in children.values() if c.in_w is not None]
+                if in_w is not None:
+                    inherited.append(in_w)
+                warm_child(msg.get('procs') or [], msg.get('fds') or [], msg.get('drop'), ctl_r, out_w, err_w, inherited, in_r)
+            for fd in (ctl_r, out_w, err_w, in_r):
+                if fd is not None:
+                    os.close(fd)
+            c = Child(cid, pid, ctl_w, out_r, err_r, in_w)
             children[cid] = c
             by_pid[pid] = c
             for fd in (out_r, err_r):
@@ -314,16 +340,15 @@ def main():
             c = children.get(cid)
             if c is None or c.ctl_w is None:
                 return
-            data = json.dumps({'file': msg['file'], 'args': msg.get('args') or [], 'env': msg.get('env') or {},
-                               'cwd': msg.get('cwd'), 'caps': msg.get('caps')}).encode()
-            try:
-                while data:
-                    n = os.write(c.ctl_w, data)
-                    data = data[n:]
-            except OSError:
-                pass
-            os.close(c.ctl_w)
+            write_and_close(c.ctl_w, json.dumps({'file': msg['file'], 'args': msg.get('args') or [], 'env': msg.get('env') or {},
+                                                 'cwd': msg.get('cwd'), 'caps': msg.get('caps')}).encode())
             c.ctl_w = None
+        elif op == 'input':
+            c = children.get(cid)
+            if c is None or c.in_w is None:
+                return
+            write_and_close(c.in_w, str(msg.get('d') or '').encode())
+            c.in_w = None
         elif op == 'kill':
             c = children.get(cid)
             if c is not None:

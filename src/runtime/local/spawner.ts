@@ -48,6 +48,8 @@ export interface WarmOptions {
   fdFiles: string[];
   /** Drop root to these ids the way `setpriv` does (no groups, no capabilities, no_new_privs). */
   drop: { uid: number; gid: number } | null;
+  /** stdin is a pipe that takes one message ({@link SpawnedProc.input}) instead of /dev/null. */
+  stdin?: boolean;
 }
 
 const SIGNAL_NAMES = new Map<number, NodeJS.Signals>(Object.entries(constants.signals).map(([name, n]) => [n, name as NodeJS.Signals]));
@@ -84,6 +86,11 @@ export class SpawnedProc implements RunProc {
   /** Makes the child exec `cmd`. */
   launch(cmd: SpawnCommand): void {
     this.owner.send(this.gen, { op: 'launch', id: this.id, file: cmd.file, args: cmd.args, env: cmd.env, cwd: cmd.cwd ?? null, caps: cmd.caps ?? null });
+  }
+
+  /** Writes `text` to the stdin pipe (a child warmed with `stdin`) and closes it; once. */
+  input(text: string): void {
+    if (!this.done) this.owner.send(this.gen, { op: 'input', id: this.id, d: text });
   }
 
   kill(): void {
@@ -137,7 +144,7 @@ export class Spawner {
     if (!this.ensure()) return null;
     const p = new SpawnedProc(String(++this.seq), this, this.gen);
     this.live.set(p.id, p);
-    this.send(this.gen, { op: 'warm', id: p.id, procs: o.procsFiles, fds: o.fdFiles, drop: o.drop });
+    this.send(this.gen, { op: 'warm', id: p.id, procs: o.procsFiles, fds: o.fdFiles, drop: o.drop, ...(o.stdin ? { stdin: true } : {}) });
     return p;
   }
 

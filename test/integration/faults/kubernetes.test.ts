@@ -1,13 +1,19 @@
 /**
- * Fault: the Kubernetes API answering 500s, timing out and closing watches for a while (issue #9
- * §6), against the in-repo fake API server through the whole service (main.ts wiring, KUBECONFIG →
- * the fake). Injected with the fake's own fault API: `failNext` (500s; 504 after the write was
- * stored, as a server that times out after etcd committed), `setDown` (every request 503),
- * `closeWatches` + `compact` (watches dropped, history gone). The breaker follows SPEC §3 with its
+ * Fault: the Kubernetes API answering 500s, timing out, hanging and closing watches for a while
+ * (issue #9 §6), against the in-repo fake API server through the whole service (main.ts wiring,
+ * KUBECONFIG → the fake). Injected with the fake's own fault API: `failNext` (500s; 504 after the
+ * write was stored, as a server that times out after etcd committed), `setDown` (every request 503),
+ * `closeWatches` + `compact` (watches dropped, history gone), `hang` (requests accepted and never
+ * answered, watches open and silent past their timeoutSeconds). The breaker follows SPEC §3 with its
  * default numbers: 5 consecutive failures open it, 30 s later (an injected clock) it is half-open,
  * 2 successes close it. Every accepted job ends recorded; no 5xx but the documented 503s.
+ *
+ * The client layer's own deadlines are tested first, against a fake of their own: a call, an exec
+ * upgrade and a watch's headers that never come, and a watch that stays open silent.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { V1Job } from '@kubernetes/client-node';
+import { KubeApi, KubeTimeoutError, ReconnectingInformer, watchDeadlineMs } from '../../../src/kube/index.ts';
 import { jobNameFor } from '../../../src/runtime/kubernetes/names.ts';
 import { FakeKube } from '../../support/fake-kube/server.ts';
 import { outputTar } from '../../support/fake-kube/tar.ts';
@@ -32,7 +38,9 @@ beforeAll(async () => {
       runtime: 'kubernetes',
       retry: { attempts: 2, base_delay_ms: 1 },
       breaker: { failure_threshold: 5, recovery_timeout_ms: 30_000, success_threshold: 2 },
-      kubernetes: { executor_image: 'sandpod/executor:test', deadline_grace_seconds: 5 },
+      // Short deadlines so a hang is seen in seconds: calls give up after 1 s, watches are closed by
+      // the server after 1 s and taken as stalled 2 s after they opened.
+      kubernetes: { executor_image: 'sandpod/executor:test', deadline_grace_seconds: 5, api_timeout_seconds: 1, watch_timeout_seconds: 1, preflight: false },
     },
     { now: () => Date.now() + offset, sleep: async () => {} },
   );
@@ -73,6 +81,142 @@ async function result(id: string): Promise<J> {
 }
 
 const breaker = () => svc.breaker.snapshot();
+
+const NS = 'sandpod-jobs';
+
+describe('the client layer against a hung API server', () => {
+  let hung: FakeKube;
+  let api: KubeApi;
+  beforeAll(async () => {
+    hung = await FakeKube.start();
+    api = new KubeApi(hung.kubeConfig(), { requestTimeoutMs: 300 });
+  });
+  afterAll(async () => {
+    await hung?.close();
+  });
+  const job = (name: string): V1Job => ({
+    metadata: { name, namespace: NS },
+    spec: { template: { spec: { restartPolicy: 'Never', containers: [{ name: 'main', image: 'x' }, { name: 'collector', image: 'x' }] } } },
+  });
+
+  it('a call that is never answered fails within its deadline, and is not carried out once its client gave up', async () => {
+    hung.hang({ path: /\/jobs$/, method: 'POST' });
+    faults++;
+    const t0 = Date.now();
+    const err = await api.createJob(job('hang-create')).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(KubeTimeoutError);
+    expect(String(err)).toMatch(/create job: no answer from the Kubernetes API within 300 ms/);
+    expect(Date.now() - t0).toBeLessThan(2000);
+    // The request reached the server and is held there (its client is gone)...
+    expect(hung.requests.some((r) => r.method === 'POST' && r.path.endsWith('/jobs'))).toBe(true);
+    await hung.waitFor(() => hung.hungRequests === 0, 2000, 'the abandoned request to be seen as gone');
+    hung.clearHang();
+    // ...and, as a real server cancels a request whose client went away, never carried out.
+    await new Promise((r) => setTimeout(r, 50));
+    expect(hung.get('jobs', NS, 'hang-create')).toBeUndefined();
+    // Other verbs were never affected; after the hang the same call works.
+    expect(await api.createJob(job('hang-create'))).toMatchObject({ metadata: { name: 'hang-create' } });
+  });
+
+  it('a held request whose client still waits is answered when the hang clears (the fake, as a slow server)', async () => {
+    hung.hang({ path: /\/jobs$/, method: 'GET' });
+    const res = fetch(`${hung.url}/apis/batch/v1/namespaces/${NS}/jobs`);
+    let settled = false;
+    void res.then(() => (settled = true));
+    await hung.waitFor(() => hung.hungRequests === 1, 2000, 'the request to be held');
+    await new Promise((r) => setTimeout(r, 200));
+    expect(settled).toBe(false);
+    hung.clearHang();
+    const answer = await res;
+    expect(answer.status).toBe(200);
+    expect(((await answer.json()) as { items: unknown[] }).items.length).toBeGreaterThanOrEqual(1);
+  });
+
+  it('an exec upgrade that is never answered fails within the request deadline, not the exec\'s own', async () => {
+    await api.createJob(job('hang-exec'));
+    const pod = await hung.waitForPod('hang-exec');
+    hung.mainRunning(pod);
+    hung.hang({ path: /\/exec$/ });
+    faults++;
+    const t0 = Date.now();
+    const err = await api.exec(NS, pod, 'collector', ['tar', 'cf', '-', '-C', '/output', '.'], { timeoutMs: 20_000 }).catch((e: unknown) => e);
+    expect(String(err)).toMatch(/did not answer the upgrade within 300 ms/);
+    expect(Date.now() - t0).toBeLessThan(2000);
+    hung.clearHang();
+    expect((await api.exec(NS, pod, 'collector', ['tar', 'cf', '-', '-C', '/output', '.'])).exitCode).toBe(0);
+  });
+
+  it('the fake closes a watch at its timeoutSeconds, as a real server does; a hung one stays open and silent past it', async () => {
+    const watchFor = async () => {
+      const t0 = Date.now();
+      const res = await fetch(`${hung.url}/apis/batch/v1/namespaces/${NS}/jobs?watch=true&timeoutSeconds=1`);
+      expect(res.status).toBe(200);
+      return { res, t0 };
+    };
+    // Healthy: the stream ends cleanly after about 1 s.
+    const ok = await watchFor();
+    await ok.res.text();
+    expect(Date.now() - ok.t0).toBeGreaterThanOrEqual(900);
+    expect(Date.now() - ok.t0).toBeLessThan(3000);
+    // Hung: headers came, then nothing, and no close at the timeout.
+    hung.hang({ only: 'watches' });
+    const stuck = await watchFor();
+    const reader = stuck.res.body!.getReader();
+    const pending = reader.read();
+    const first = await Promise.race([pending.then(() => 'data-or-end'), new Promise((r) => setTimeout(() => r('silent'), 1800))]);
+    expect(first).toBe('silent');
+    expect(hung.stalledWatches).toBe(1);
+    // An event while it hangs is held, and delivered when it clears; then the watch closes (its time is past).
+    await api.createJob(job('during-stall'));
+    hung.clearHang();
+    let text = '';
+    for (let next = pending; ; next = reader.read()) {
+      const { value, done } = await next;
+      if (done) break;
+      text += Buffer.from(value).toString('utf8');
+    }
+    expect(text).toContain('"during-stall"');
+  });
+
+  it('an informer whose watch stalls gives it up past its deadline and re-lists: nothing that happened meanwhile is missed', async () => {
+    const informer = new ReconnectingInformer<V1Job>({
+      kubeConfig: hung.kubeConfig(),
+      name: 'jobs',
+      path: `/apis/batch/v1/namespaces/${NS}/jobs`,
+      list: () => api.listJobs(NS, ''),
+      watchTimeoutSeconds: 1,
+      requestTimeoutMs: 300,
+      backoffInitialMs: 20,
+      backoffMaxMs: 200,
+    });
+    await informer.start();
+    try {
+      await hung.waitFor(() => hung.openWatches >= 1, 2000, 'the watch');
+      hung.hang({ only: 'watches' });
+      faults++;
+      const lists = informer.stats.lists;
+      const t0 = Date.now();
+      await api.createJob(job('seen-by-relist'));
+      await hung.waitFor(() => informer.get('seen-by-relist') !== undefined, 3 * watchDeadlineMs(1), 'the informer to re-list');
+      // Seen through a list, not the (silent) watch, and only after the watch's deadline.
+      expect(informer.stats.stalls).toBeGreaterThanOrEqual(1);
+      expect(informer.stats.lists).toBeGreaterThan(lists);
+      expect(Date.now() - t0).toBeGreaterThanOrEqual(500);
+      // Headers that never come: the watch gives up at the request deadline and reconnects.
+      hung.clearHang();
+      hung.hang({ only: 'watches', watches: 'unanswered' });
+      const reconnects = informer.stats.reconnects;
+      await hung.waitFor(() => informer.stats.reconnects > reconnects, 3000, 'a watch whose headers never came to be retried');
+      hung.clearHang();
+      // Recovered: a change is heard through the watch again.
+      await api.createJob(job('after-hang'));
+      await hung.waitFor(() => informer.get('after-hang') !== undefined, 5000, 'the informer to follow again');
+    } finally {
+      informer.stop();
+      hung.clearHang();
+    }
+  }, 20_000);
+});
 
 describe('Kubernetes API faults', () => {
   it('a run in flight while watches close, history is compacted and lists answer 500: it completes', async () => {
@@ -140,6 +284,100 @@ describe('Kubernetes API faults', () => {
     expect(breaker()).toMatchObject({ state: 'closed' });
     await fake.waitFor(() => fake.openWatches >= 2, 10_000, 'watches resumed after the outage');
   }, 60_000);
+
+
+  it('watches stall (open, silent, past their timeoutSeconds) while calls work: a run submitted meanwhile completes, the breaker stays closed', async () => {
+    await fake.waitFor(() => fake.openWatches >= 2, 5000, 'watches open');
+    const lists = fake.apiCalls().filter((r) => r.method === 'GET' && r.path.endsWith('/pods')).length;
+    fake.hang({ only: 'watches' });
+    faults++;
+    try {
+      expect(fake.stalledWatches).toBeGreaterThanOrEqual(2);
+      const id = await submit('print("past a silent watch")');
+      await succeedPod(id, 'past a silent watch\n');
+      // The run's pod events never come through a watch: each step is seen by a re-list.
+      expect(await result(id)).toMatchObject({ status: 'succeeded', stdout: 'past a silent watch\n' });
+      expect(fake.apiCalls().filter((r) => r.method === 'GET' && r.path.endsWith('/pods')).length).toBeGreaterThan(lists);
+      expect(breaker()).toMatchObject({ state: 'closed' });
+    } finally {
+      fake.clearHang();
+    }
+  }, 30_000);
+
+  it('exec upgrades hang while a finished run is being collected, past the collection attempts: its outputs are kept once the API answers', async () => {
+    const id = await submit('print("collected late")');
+    const pod = await fake.waitForPod(jobNameFor(id));
+    const execsBefore = fake.requests.filter((r) => r.path.endsWith('/exec')).length;
+    fake.hang({ path: /\/exec$/ });
+    faults++;
+    try {
+      await succeedPod(id, 'collected late\n');
+      // Every collection attempt gets no answer to its upgrade (1 s each, then the work queue's backoff):
+      // wait until more than the 3 attempts a failing collector is given have been made.
+      await fake.waitFor(() => fake.requests.filter((r) => r.path.endsWith('/exec')).length - execsBefore > 4, 20_000, 'collection attempts');
+      expect((await call('GET', `/jobs/${id}`)).body.status).toBe('running');
+    } finally {
+      fake.clearHang();
+    }
+    expect(pod).toBeTruthy();
+    expect(await result(id)).toMatchObject({ status: 'succeeded', stdout: 'collected late\n' });
+  }, 40_000);
+
+  it('the API hangs (calls, exec, watches): the breaker opens, a run in flight completes after recovery, runs submitted during the hang end recorded, the breaker closes', async () => {
+    expect(breaker()).toMatchObject({ state: 'closed' });
+    // A run in flight: its pod runs when the API starts hanging, and finishes during the hang.
+    const inFlight = await submit('print("in flight")');
+    const pod = await fake.waitForPod(jobNameFor(inFlight));
+    fake.schedule(pod);
+    fake.mainRunning(pod);
+    // In flight means created: its Secret (made after the Job) exists, the watches are open.
+    const ownedByRun = (o: { metadata: { ownerReferences?: { name: string }[] } }) => o.metadata.ownerReferences?.some((r) => r.name === jobNameFor(inFlight));
+    await fake.waitFor(() => fake.list('secrets', 'sandpod-jobs').some(ownedByRun), 5000, 'the run to be created');
+    await fake.waitFor(() => fake.openWatches >= 2, 5000, 'watches open');
+    fake.hang();
+    faults++;
+    fake.setOutput(pod, await outputTar({ stdout: 'in flight\n', report: { exit_code: 0, execution_ms: 1 } }));
+    fake.mainTerminated(pod, 0);
+
+    // Runs submitted during the hang: each attempt's first call times out (1 s) and counts once;
+    // 2 attempts a run, so the 5th failure (third run) opens the breaker.
+    const during: string[] = [];
+    for (let i = 0; i < 3; i++) during.push(await submit(`print("during ${i}")`));
+    const rows = await Promise.all(during.map(result));
+    rows.forEach((r) => expect(r).toMatchObject({ status: 'failed', error: { type: expect.stringMatching(/^(internal_error|service_unavailable)$/) } }));
+    expect(rows.some((r) => /no answer from the Kubernetes API within 1000 ms/.test(r.error.message))).toBe(true);
+    expect(breaker().state).toBe('open');
+    const sync = await call('POST', '/execute', { code: 'print(1)' });
+    expect(sync.status).toBe(503);
+    expect(sync.body).toMatchObject({ code: 'service_unavailable', error: { type: 'service_unavailable' } });
+    // Health asks the API, which does not answer: degraded (the documented 503), within its deadline.
+    const health = await call('GET', '/health');
+    expect(health.body.circuit_breaker.state).toBe('open');
+    // The run in flight is neither lost nor failed while the API hangs.
+    expect((await call('GET', `/jobs/${inFlight}`)).body.status).toBe('running');
+
+    // The API recovers. The creates it held were abandoned by their clients: none is carried out.
+    fake.clearHang();
+    await new Promise((r) => setTimeout(r, 100));
+    for (const id of during) expect(fake.get('jobs', 'sandpod-jobs', jobNameFor(id))).toBeUndefined();
+    // The run in flight is picked up by the informers' re-lists and completes.
+    let done: J = {};
+    for (const until = Date.now() + 45_000; Date.now() < until; ) {
+      done = (await call('GET', `/jobs/${inFlight}/result?wait=true&timeout=5`)).body;
+      if (done.status !== 'running' && done.status !== 'queued') break;
+    }
+    expect(done).toMatchObject({ status: 'succeeded', stdout: 'in flight\n' });
+
+    // SPEC §3: 30 s after opening it is half-open; 2 successes close it.
+    offset += 31_000;
+    expect(breaker().state).toBe('half_open');
+    for (const n of [1, 2]) {
+      const id = await submit(`print("recovered ${n}")`);
+      await succeedPod(id, `recovered ${n}\n`);
+      expect(await result(id)).toMatchObject({ status: 'succeeded', stdout: `recovered ${n}\n` });
+    }
+    expect(breaker()).toMatchObject({ state: 'closed' });
+  }, 90_000);
 
   it('no accepted job was lost; no 5xx but the documented 503s', async () => {
     for (const id of accepted) {

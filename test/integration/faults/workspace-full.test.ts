@@ -91,7 +91,7 @@ describe.skipIf(why !== null)('workspace out of space', () => {
     // The program decides: it failed (exit 1) with its traceback. The error type is `os_error` when the
     // runner's report fits on the disk; here the program took the last bytes, the report cannot be
     // written and the type falls back to `runtime_error` (the exit code, traceback and status stay).
-    expect(r.body).toMatchObject({ success: false, exit_code: 1, error: { type: expect.stringMatching(/^(os_error|runtime_error)$/) } });
+    expect(r.body, JSON.stringify(r.body)).toMatchObject({ success: false, exit_code: 1, error: { type: expect.stringMatching(/^(os_error|runtime_error)$/) } });
     expect(r.body.stderr).toMatch(/OSError: \[Errno 28\] No space left on device/);
   }, 60_000);
 

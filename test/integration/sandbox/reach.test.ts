@@ -18,7 +18,7 @@ import { FileJobTypeRegistry, type JobType } from '../../../src/jobtypes/job-typ
 import { createLocalRuntime, type LocalRuntime } from '../../../src/runtime/local/index.ts';
 import type { EngineName } from '../../../src/runtime/local/engines.ts';
 import type { RunSpec } from '../../../src/runtime/runtime.ts';
-import { describeEachEngine } from '../../support/engines.ts';
+import { describeEachEngineAndMode, modeConfig, runAs, type RunMode } from '../../support/engines.ts';
 
 const EPERM = 1;
 const EACCES = 13;
@@ -109,8 +109,8 @@ function spec(config: Config, jt: Partial<JobType> = {}): RunSpec {
   };
 }
 
-async function probe(rt: LocalRuntime, config: Config, jt: Partial<JobType> = {}): Promise<ProbeOut> {
-  const r = await rt.run(spec(config, jt));
+async function probe(mode: RunMode, rt: LocalRuntime, config: Config, jt: Partial<JobType> = {}): Promise<ProbeOut> {
+  const r = await runAs(mode, rt, spec(config, jt));
   expect(r.stderr).toBe('');
   expect(r.observation.exitCode).toBe(0);
   return JSON.parse(r.stdout) as ProbeOut;
@@ -144,13 +144,13 @@ function expectControlReachable(out: ProbeOut, engine: EngineName, seccomp: bool
   }
 }
 
-describeEachEngine('what the program can reach on %s', (engine) => {
+describeEachEngineAndMode('what the program can reach on %s', (engine, mode) => {
   for (const seccomp of [true, false]) {
     describe(seccomp ? 'with the syscall filter' : 'without the syscall filter', () => {
       let config: Config;
       let rt: LocalRuntime;
       beforeAll(async () => {
-        config = makeConfig(engine, { enable_seccomp: seccomp });
+        config = makeConfig(engine, { ...modeConfig(mode), enable_seccomp: seccomp });
         rt = createLocalRuntime(config);
         await rt.start();
       });
@@ -159,17 +159,19 @@ describeEachEngine('what the program can reach on %s', (engine) => {
       });
 
       it('cannot open, attach to, read or write PID 1 or any other process of the sandbox', async () => {
-        // As root with cgroups this takes a warm process: on bubblewrap the in-process path (a waiting
-        // shell, the program in the runner's process); otherwise the forking runner.
-        const out = await probe(rt, config);
+        // Cold, as root with cgroups, this takes a warm process: on bubblewrap the in-process path (a
+        // waiting shell, the program in the runner's process); otherwise the forking runner. A warm
+        // sandbox: the forking runner that waited for its go line (`--wait`) is the program's parent.
+        const out = await probe(mode, rt, config);
         expectOutOfReach(out, engine);
         // (The in-process path really ran: the program's parent is the waiting shell of `--exec`.)
-        if (engine === 'bubblewrap' && process.getuid?.() === 0) expect(out.seen[String(out.ppid)]!.cmd).toMatch(/^\/runner\/sh -c .* --exec /);
+        if (mode === 'cold' && engine === 'bubblewrap' && process.getuid?.() === 0) expect(out.seen[String(out.ppid)]!.cmd).toMatch(/^\/runner\/sh -c .* --exec /);
+        if (mode === 'warm') expect(out.seen[String(out.ppid)]!.cmd).toContain(' --wait');
         expectControlReachable(out, engine, seccomp);
       });
 
-      it('nor the runner that relays the egress proxy (allowed_hosts: the forking runner with relay threads)', async () => {
-        const out = await probe(rt, config, { network: { mode: 'bridge', allowedHosts: ['example.org'] } });
+      it.skipIf(mode === 'warm')('nor the runner that relays the egress proxy (allowed_hosts: the forking runner with relay threads; never warm)', async () => {
+        const out = await probe(mode, rt, config, { network: { mode: 'bridge', allowedHosts: ['example.org'] } });
         expectOutOfReach(out, engine);
         expect(out.seen[String(out.ppid)]!.cmd).toContain('--egress-proxy');
         expectControlReachable(out, engine, seccomp);

@@ -112,6 +112,34 @@ describe('runner.py', () => {
     expect(runRunner('import sys\nsys.exit(300)\n').status).toBe(300 & 0xff);
   });
 
+  it("ends the program as CPython's exit does: threads joined, atexit, finalizers, unclosed files flushed", () => {
+    const code = [
+      'import atexit, sys, threading, time',
+      "f = open('unclosed.txt', 'w')",
+      "f.write('flushed at exit')",
+      'class D:',
+      '    def __del__(self):',
+      "        print('del ran')",
+      'd = D()',
+      "atexit.register(lambda: print('atexit ran'))",
+      'def later():',
+      '    time.sleep(0.2)',
+      "    print('thread ran')",
+      'threading.Thread(target=later).start()',
+      "print('main done')",
+      'sys.exit(3)',
+      '',
+    ].join('\n');
+    const r = runRunner(code);
+    const unclosed = readFileSync(path.join(r.dir, 'unclosed.txt'), 'utf8');
+    const c = cpython(r.main, r.dir);
+    expect(c.stdout).toBe('main done\nthread ran\natexit ran\ndel ran\n');
+    expect(r.stdout).toBe(c.stdout);
+    expect(r.status).toBe(c.status);
+    expect(unclosed).toBe('flushed at exit');
+    expect(readFileSync(path.join(r.dir, 'unclosed.txt'), 'utf8')).toBe('flushed at exit');
+  });
+
   it('sets argv, path[0] and __main__ like `python PATH`', () => {
     const code = 'import sys, os\nprint(sys.argv == [__file__], sys.path[0] == os.path.dirname(__file__), __name__, __spec__)\n';
     const r = runRunner(code);
@@ -168,6 +196,72 @@ print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0), try_open(os.getpid()), try_open(os
     expect(r.status).toBe(0);
     // PR_GET_DUMPABLE 1 for the program; its own mem opens; the runner's is EACCES.
     expect(readFileSync(path.join(dir, 'out', '.svc_stdout'), 'utf8')).toBe('1 ok 13\n');
+  });
+
+  it('--wait: says ready, runs the program the go line names options for, with /dev/null as stdin, and ends with done N', async () => {
+    mkdirSync('/tmp/sandpod-test', { recursive: true });
+    const dir = mkdtempSync(path.join('/tmp/sandpod-test', 'runner-wait-'));
+    mkdirSync(path.join(dir, 'out'));
+    const main = path.join(dir, 'main.py');
+    const child = spawn(PY, [RUNNER_PATH, '--code', main, '--output', path.join(dir, 'out'), '--cwd', dir, '--phase-fd', '1', '--timeout', '30', '--wait'], { env: CLEAN, stdio: ['pipe', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (b: Buffer) => (out += b.toString()));
+    const exited = new Promise<number | null>((r) => child.on('close', (code) => r(code)));
+    const until = async (pred: () => boolean) => {
+      for (let i = 0; i < 400 && !pred(); i++) await new Promise((r) => setTimeout(r, 25));
+    };
+    await until(() => out.includes('ready\n'));
+    expect(out).toBe('ready\n');
+    // The program exists only now, after ready: as a warm sandbox's host writes it at claim.
+    writeFileSync(main, 'import os, sys, time\nprint(repr(sys.stdin.read()), os.read(0, 10), flush=True)\ntime.sleep(5)\n');
+    // The go line, and more behind it that the program must never see.
+    child.stdin.write('{"timeout": 1, "max_stream_bytes": 4}\nsecret after the go line\n');
+    const code = await exited;
+    expect(out).toBe('ready\nexecution\ndone 124\n');
+    expect(code).toBe(124);
+    // The go line's timeout (1 s, not 30) and stream cap (4 bytes) applied; stdin was empty.
+    const report = JSON.parse(readFileSync(path.join(dir, 'out', '.svc_report.json'), 'utf8')) as Record<string, unknown>;
+    expect(report).toMatchObject({ timed_out: true, stdout_truncated: true });
+    expect(readFileSync(path.join(dir, 'out', '.svc_stdout'), 'utf8')).toBe("'' b");
+  });
+
+  it('--wait: a go line carrying the program and its input writes them to --code and --input before the program starts', async () => {
+    mkdirSync('/tmp/sandpod-test', { recursive: true });
+    const dir = mkdtempSync(path.join('/tmp/sandpod-test', 'runner-go-'));
+    mkdirSync(path.join(dir, 'out'));
+    mkdirSync(path.join(dir, 'code'));
+    mkdirSync(path.join(dir, 'input'));
+    const main = path.join(dir, 'code', 'main.py');
+    const input = path.join(dir, 'input', 'data.json');
+    const child = spawn(PY, [RUNNER_PATH, '--code', main, '--input', input, '--output', path.join(dir, 'out'), '--cwd', dir, '--phase-fd', '1', '--wait'], { env: CLEAN, stdio: ['pipe', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (b: Buffer) => (out += b.toString()));
+    const exited = new Promise<number | null>((r) => child.on('close', (code) => r(code)));
+    for (let i = 0; i < 400 && !out.includes('ready\n'); i++) await new Promise((r) => setTimeout(r, 25));
+    // Bigger than the old 4 KiB cap of the line, and not ASCII.
+    const code = `import json, sys\nd = json.load(open(${JSON.stringify(input)}))\nprint(d["k"], len(sys.argv[0]) > 0)\nsys.exit(3)\n# ${'é'.repeat(5000)}\n`;
+    child.stdin.write(JSON.stringify({ code, input: JSON.stringify({ k: 'wörld' }) }) + '\n');
+    expect(await exited).toBe(3);
+    expect(out).toBe('ready\nexecution\ndone 3\n');
+    expect(readFileSync(main, 'utf8')).toBe(code);
+    expect(readFileSync(path.join(dir, 'out', '.svc_stdout'), 'utf8')).toBe('wörld True\n');
+  });
+
+  it('--wait: a go line whose code is not a string is refused and nothing runs', () => {
+    const dir = mkdtempSync(path.join('/tmp/sandpod-test', 'runner-go-bad-'));
+    mkdirSync(path.join(dir, 'out'));
+    const r = spawnSync(PY, [RUNNER_PATH, '--code', path.join(dir, 'main.py'), '--output', path.join(dir, 'out'), '--phase-fd', '1', '--wait'], { env: CLEAN, encoding: 'utf8', input: '{"code": 5}\n', timeout: 20_000 });
+    expect(r.status).toBe(125);
+    expect(r.stdout).toBe('ready\n');
+    expect(() => readFileSync(path.join(dir, 'main.py'))).toThrow();
+  });
+
+  it('--wait: EOF before a go line ends the runner without running anything', () => {
+    const r = runRunner('open("ran", "w").write("x")\n', ['--phase-fd', '1', '--wait']);
+    expect(r.status).toBe(0);
+    expect(r.runnerStdout).toBe('ready\n');
+    expect(r.phase).toBeNull();
+    expect(() => readFileSync(path.join(r.dir, 'ran'))).toThrow();
   });
 
   it('fails with 125 on a bad argument', () => {

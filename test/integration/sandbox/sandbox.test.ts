@@ -15,7 +15,7 @@ import { FileJobTypeRegistry, type JobType } from '../../../src/jobtypes/job-typ
 import { createLocalRuntime, type LocalRuntime } from '../../../src/runtime/local/index.ts';
 import { findEngineBinaries, type EngineName } from '../../../src/runtime/local/engines.ts';
 import { RunGoneError, type RunSpec } from '../../../src/runtime/runtime.ts';
-import { describeEachEngine } from '../../support/engines.ts';
+import { describeEachEngineAndMode, modeConfig, runAs } from '../../support/engines.ts';
 import { buildWheels } from '../../support/wheel.ts';
 
 // The service's own secrets: set in this process, must never be visible to a run.
@@ -131,12 +131,12 @@ except OSError as e:
     print("BLOCKED", type(e).__name__, e.errno)
 `;
 
-describeEachEngine('sandbox on %s', (engine) => {
+describeEachEngineAndMode('sandbox on %s', (engine, mode) => {
   let config: Config;
   let rt: LocalRuntime;
   const logged: Record<string, unknown>[] = [];
   const run = (code: string, over: Partial<RunSpec> & { jt?: Partial<JobType> } = {}, signal?: AbortSignal) =>
-    rt.run(spec(config, code, over), signal ? { signal } : {});
+    runAs(mode, rt, spec(config, code, over), signal ? { signal } : {});
   async function healthy(): Promise<void> {
     const r = await run('print(6 * 7)');
     expect(r.observation.exitCode).toBe(0);
@@ -145,7 +145,7 @@ describeEachEngine('sandbox on %s', (engine) => {
   }
 
   beforeAll(async () => {
-    config = makeConfig(engine);
+    config = makeConfig(engine, modeConfig(mode));
     rt = createLocalRuntime(config, { logger: capturingLogger(logged) });
     await rt.start();
   });
@@ -153,7 +153,7 @@ describeEachEngine('sandbox on %s', (engine) => {
     await rt?.stop();
   });
 
-  it('reports the engine, isolation and how limits are enforced', async () => {
+  it.skipIf(mode === 'warm')('reports the engine, isolation and how limits are enforced', async () => {
     const h = await rt.health();
     expect(h).toMatchObject({ available: true, engine, isolated: true });
     expect(['cgroups', 'rlimits']).toContain(h.limits);
@@ -166,7 +166,7 @@ describeEachEngine('sandbox on %s', (engine) => {
 
   it('runs print(1): stdout, exit 0, completed, timings and trusted usage', async () => {
     const phases: string[] = [];
-    const r = await rt.run(spec(config, 'print(1)'), { onPhase: (p) => phases.push(p) });
+    const r = await runAs(mode, rt, spec(config, 'print(1)'), { onPhase: (p) => phases.push(p) });
     expect(r.stdout).toBe('1\n');
     expect(r.stderr).toBe('');
     expect(r.observation).toMatchObject({ exitCode: 0, timedOut: null, oomKilled: false, cancelled: false, infraError: null, phase: 'completed' });
@@ -504,7 +504,7 @@ os.remove('/output/.svc_report.json') if os.path.exists('/output/.svc_report.jso
   it('cancels a running sandbox promptly', async () => {
     const ac = new AbortController();
     const t0 = Date.now();
-    const p = rt.run(spec(config, 'import time\ntime.sleep(30)\n'), {
+    const p = runAs(mode, rt, spec(config, 'import time\ntime.sleep(30)\n'), {
       signal: ac.signal,
       onPhase: () => setTimeout(() => ac.abort(), 200),
     });
@@ -515,8 +515,8 @@ os.remove('/output/.svc_report.json') if os.path.exists('/output/.svc_report.jso
     await healthy();
   });
 
-  it('start() removes what an earlier service on the same workspace left running', async () => {
-    const crashedConfig = makeConfig(engine);
+  it.skipIf(mode === 'warm')('start() removes what an earlier service on the same workspace left running', async () => {
+    const crashedConfig = makeConfig(engine, modeConfig('cold'));
     const crashed = createLocalRuntime(crashedConfig);
     await crashed.start();
     let began!: () => void;
@@ -539,7 +539,7 @@ os.remove('/output/.svc_report.json') if os.path.exists('/output/.svc_report.jso
     }
   });
 
-  it('rejects adopt with RunGoneError', async () => {
+  it.skipIf(mode === 'warm')('rejects adopt with RunGoneError', async () => {
     await expect(rt.run(spec(config, 'print(1)'), { adopt: true })).rejects.toBeInstanceOf(RunGoneError);
   });
 
@@ -553,7 +553,7 @@ os.remove('/output/.svc_report.json') if os.path.exists('/output/.svc_report.jso
     }
   });
 
-  describe('requirements', () => {
+  describe.skipIf(mode === 'warm')('requirements (never on warm sandboxes)', () => {
     it('installs a requirement in the startup phase, then reuses the cached environment', async () => {
       const code = 'import sandpod_testpkg, sys\nprint(sandpod_testpkg.VALUE)\nprint([p for p in sys.path if p == "/deps"])\n';
       const first = await run(code, { requirements: ['sandpod-testpkg==1.2.3'] });
@@ -588,7 +588,7 @@ os.remove('/output/.svc_report.json') if os.path.exists('/output/.svc_report.jso
       const hang = net.createServer((s) => void sockets.push(s));
       await new Promise<void>((r) => hang.listen(0, '127.0.0.1', r));
       const port = (hang.address() as net.AddressInfo).port;
-      const slowConfig = makeConfig(engine, { pip: { index_url: `http://127.0.0.1:${port}/simple/` } });
+      const slowConfig = makeConfig(engine, { ...modeConfig('cold'), pip: { index_url: `http://127.0.0.1:${port}/simple/` } });
       const slow = createLocalRuntime(slowConfig);
       await slow.start();
       try {

@@ -1,3 +1,4 @@
+import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
@@ -274,9 +275,21 @@ describe('isPublicAddress', () => {
     '::ffff:127.0.0.1',
     '::ffff:7f00:1',
     '::ffff:10.0.0.1',
+    // The special-purpose ranges besides the private ones: IETF protocol assignments, the three
+    // documentation nets, benchmarking, reserved; IPv6 documentation, NAT64, discard-only.
+    '192.0.0.9',
+    '192.0.2.1',
+    '198.18.0.1',
+    '198.19.255.255',
+    '198.51.100.7',
+    '203.0.113.7',
+    '240.0.0.1',
+    '2001:db8::1',
+    '64:ff9b::a00:1',
+    '100::1',
   ])('%s is not public', (ip) => expect(isPublicAddress(ip)).toBe(false));
 
-  it.each(['8.8.8.8', '1.1.1.1', '172.32.0.1', '100.128.0.1', '2606:4700::1111', '::ffff:8.8.8.8'])('%s is public', (ip) =>
+  it.each(['8.8.8.8', '1.1.1.1', '172.32.0.1', '100.128.0.1', '192.0.1.1', '198.20.0.1', '203.0.114.1', '2606:4700::1111', '2001:db9::1', '::ffff:8.8.8.8'])('%s is public', (ip) =>
     expect(isPublicAddress(ip)).toBe(true),
   );
 
@@ -596,5 +609,466 @@ describe('EgressProxy: lifecycle', () => {
     const st = statSync(sockPath);
     expect(st.isSocket()).toBe(true);
     expect(st.mode & 0o777).toBe(0o666);
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// What the program sees, byte for byte, and the edges of what the proxy takes (issue #9 point 7:
+// the mutation run showed these were unchecked).
+// ---------------------------------------------------------------------------------------------
+
+/** The whole answer a refusal sends: the program's HTTP client or tunnel shows exactly this. */
+function refusal(status: number, reason: string, message: string): string {
+  const body = `sandpod egress proxy: ${message}\n`;
+  return `HTTP/1.1 ${status} ${reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`;
+}
+
+/** A TCP port on 127.0.0.1 that nothing listens on (bound, then released). */
+async function closedPort(): Promise<number> {
+  const s = net.createServer();
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()));
+  const { port } = s.address() as net.AddressInfo;
+  await new Promise<void>((r) => s.close(() => r()));
+  return port;
+}
+
+/** Sends `request` and retries while the answer is 503, up to `ms` (the proxy sees a close a moment after the client). */
+async function untilNot503(sockPath: string, request: string, ms = 3000): Promise<RawResponse> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const res = await exchange(sockPath, request);
+    if (res.status !== 503 || Date.now() > end) return res;
+    // The refused attempt itself counts until the proxy has seen it close (some tens of ms).
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** Reads everything `s` receives until it closes. */
+function readToClose(s: net.Socket): Promise<Buffer> {
+  return new Promise((resolve) => {
+    const parts: Buffer[] = [];
+    s.on('data', (d: Buffer) => parts.push(d));
+    s.on('error', () => {});
+    s.once('close', () => resolve(Buffer.concat(parts)));
+  });
+}
+
+describe('EgressProxy: the exact refusal answers', () => {
+  const lookupError = (code: string | undefined, message: string): Lookup => async () => {
+    throw Object.assign(new Error(message), code ? { code } : {});
+  };
+  it.each<[string, Partial<EgressProxyOptions>, string, number, string, string]>([
+    ['a garbage request line', {}, 'hello there\r\n\r\n', 400, 'Bad Request', 'not an HTTP/1.x proxy request'],
+    ['a CONNECT without a port', {}, 'CONNECT 127.0.0.1 HTTP/1.1\r\n\r\n', 400, 'Bad Request', 'CONNECT needs host:port, got 127.0.0.1'],
+    ['an origin-form request', {}, 'GET /x HTTP/1.1\r\n\r\n', 400, 'Bad Request', 'a proxied request needs an absolute http:// URL (use CONNECT for https)'],
+    ['an https:// URL', {}, 'GET https://a.example.com/ HTTP/1.1\r\n\r\n', 400, 'Bad Request', 'unsupported scheme https: (use CONNECT for https)'],
+    ['CONNECT to port 0', {}, 'CONNECT 127.0.0.1:0 HTTP/1.1\r\n\r\n', 400, 'Bad Request', 'bad port 0'],
+    ['CONNECT to port 65536', {}, 'CONNECT 127.0.0.1:65536 HTTP/1.1\r\n\r\n', 400, 'Bad Request', 'bad port 65536'],
+    ['plain HTTP to port 0', {}, 'GET http://127.0.0.1:0/ HTTP/1.1\r\n\r\n', 400, 'Bad Request', 'bad port 0'],
+    [
+      'a host not in the list',
+      { allowedHosts: ['api.example.com', '*.example.org'] },
+      'CONNECT 127.0.0.1:443 HTTP/1.1\r\n\r\n',
+      403,
+      'Forbidden',
+      'egress to 127.0.0.1:443 is not allowed by this job type (allowed_hosts: api.example.com, *.example.org)',
+    ],
+    [
+      'a name with one inner address',
+      { lookup: async () => [{ address: '8.8.8.8', family: 4 }, { address: '10.0.0.7', family: 4 }] },
+      'CONNECT api.example.com:443 HTTP/1.1\r\n\r\n',
+      403,
+      'Forbidden',
+      'api.example.com resolves to 10.0.0.7, which is not a public address',
+    ],
+    ['a name the resolver fails with a code', { lookup: lookupError('ENOTFOUND', 'getaddrinfo ENOTFOUND') }, 'GET http://api.example.com/ HTTP/1.1\r\n\r\n', 403, 'Forbidden', 'cannot resolve api.example.com: ENOTFOUND'],
+    ['a name the resolver fails without a code', { lookup: lookupError(undefined, 'resolver gave up') }, 'GET http://api.example.com/ HTTP/1.1\r\n\r\n', 403, 'Forbidden', 'cannot resolve api.example.com: resolver gave up'],
+    ['a name with no addresses', { lookup: async () => [] }, 'CONNECT api.example.com:443 HTTP/1.1\r\n\r\n', 403, 'Forbidden', 'cannot resolve api.example.com'],
+  ])('%s', async (_name, options, request, status, reason, message) => {
+    const log = decisionLog();
+    const { sockPath } = await startProxy({ allowedHosts: ['*.example.com', '127.0.0.1'], onDecision: log.onDecision, ...options });
+
+    const res = await exchange(sockPath, request);
+
+    expect(res.raw.toString('utf8')).toBe(refusal(status, reason, message));
+    if (status === 403) expect(log.decisions).toEqual([expect.objectContaining({ allowed: false, reason: message })]);
+    else expect(log.decisions).toEqual([]);
+  });
+
+  it('431 Request Header Fields Too Large', async () => {
+    const { sockPath } = await startProxy({ allowedHosts: ['127.0.0.1'] });
+    const res = await exchange(sockPath, `GET http://127.0.0.1/ HTTP/1.1\r\nX-Pad: ${'p'.repeat(17 * 1024)}\r\n`);
+    expect(res.raw.toString('utf8')).toBe(refusal(431, 'Request Header Fields Too Large', 'request head too large'));
+  });
+
+  it('503 Service Unavailable', async () => {
+    const { sockPath } = await startProxy({ allowedHosts: ['127.0.0.1'], maxConnections: 1 });
+    await connectUnix(sockPath);
+    await new Promise((r) => setTimeout(r, 50));
+    const res = await exchange(sockPath, 'GET http://127.0.0.1/ HTTP/1.1\r\n\r\n');
+    expect(res.raw.toString('utf8')).toBe(refusal(503, 'Service Unavailable', 'too many connections through the egress proxy'));
+  });
+
+  it.each([
+    ['CONNECT', (port: number) => `CONNECT 127.0.0.1:${port} HTTP/1.1\r\n\r\n`],
+    ['plain HTTP', (port: number) => `GET http://127.0.0.1:${port}/ HTTP/1.1\r\n\r\n`],
+  ])('%s: 502 Bad Gateway naming the error when the connection is refused', async (_kind, request) => {
+    const port = await closedPort();
+    const { sockPath } = await startProxy({ allowedHosts: ['127.0.0.1'] });
+    const res = await exchange(sockPath, request(port));
+    expect(res.raw.toString('utf8')).toBe(refusal(502, 'Bad Gateway', `cannot connect to 127.0.0.1:${port}: ECONNREFUSED`));
+  });
+
+  it('504 Gateway Timeout when the connection is not accepted in time', async () => {
+    // A listener whose accept queue (backlog 0) is full: the next connection attempt hangs in SYN.
+    const py = spawn('python3', ['-c', "import socket,sys\ns=socket.socket()\ns.bind(('127.0.0.1',0))\ns.listen(0)\nprint(s.getsockname()[1],flush=True)\nsys.stdin.read()"], {
+      stdio: ['pipe', 'pipe', 'inherit'],
+    });
+    cleanups.push(() => py.kill());
+    const port = await new Promise<number>((r) => py.stdout!.once('data', (d: Buffer) => r(Number(d.toString().trim()))));
+    const filler = net.connect({ host: '127.0.0.1', port });
+    cleanups.push(() => filler.destroy());
+    await new Promise((r) => filler.once('connect', r));
+    const { sockPath } = await startProxy({ allowedHosts: ['127.0.0.1'], connectTimeoutMs: 300 });
+
+    const res = await exchange(sockPath, `CONNECT 127.0.0.1:${port} HTTP/1.1\r\n\r\n`);
+
+    expect(res.raw.toString('utf8')).toBe(refusal(504, 'Gateway Timeout', `connecting to 127.0.0.1:${port} timed out`));
+  });
+});
+
+describe('EgressProxy: request-line and target syntax', () => {
+  it.each<[string, 'http' | 'connect', (port: number) => string, (port: number) => string]>([
+    ['text before the method', 'http', (p) => `xGET http://127.0.0.1:${p}/ HTTP/1.1\r\n\r\n`, () => 'not an HTTP/1.x proxy request'],
+    ['text after the version', 'http', (p) => `GET http://127.0.0.1:${p}/ HTTP/1.1 extra\r\n\r\n`, () => 'not an HTTP/1.x proxy request'],
+    ['a version with a third digit', 'http', (p) => `GET http://127.0.0.1:${p}/ HTTP/1.10\r\n\r\n`, () => 'not an HTTP/1.x proxy request'],
+    ['a CONNECT target with a path before it', 'connect', (p) => `CONNECT evil/127.0.0.1:${p} HTTP/1.1\r\n\r\n`, (p) => `CONNECT needs host:port, got evil/127.0.0.1:${p}`],
+    ['a CONNECT port of six digits', 'connect', () => `CONNECT 127.0.0.1:100000 HTTP/1.1\r\n\r\n`, () => 'CONNECT needs host:port, got 127.0.0.1:100000'],
+    ['a CONNECT port followed by text', 'connect', (p) => `CONNECT 127.0.0.1:${p}x HTTP/1.1\r\n\r\n`, (p) => `CONNECT needs host:port, got 127.0.0.1:${p}x`],
+  ])('answers 400 to %s, and nothing reaches the upstream', async (_name, kind, request, message) => {
+    const up = await startHttpUpstream();
+    const echo = await startEchoUpstream();
+    const { sockPath } = await startProxy({ allowedHosts: ['127.0.0.1', '*'] });
+    const port = kind === 'http' ? up.port : echo.port;
+
+    const res = await exchange(sockPath, request(port));
+
+    expect(res.raw.toString('utf8')).toBe(refusal(400, 'Bad Request', message(port)));
+    expect(up.seen).toHaveLength(0);
+    expect(echo.connections()).toBe(0);
+  });
+
+  it('takes an HTTP/1.0 request and forwards it in origin form', async () => {
+    const up = await startHttpUpstream();
+    const { sockPath } = await startProxy({ allowedHosts: ['127.0.0.1'] });
+    const res = await exchange(sockPath, `GET http://127.0.0.1:${up.port}/ten HTTP/1.0\r\n\r\n`);
+    expect(res.status).toBe(200);
+    expect(up.seen.map((r) => r.url)).toEqual(['/ten']);
+  });
+
+  it('CONNECT to a bracketed IPv6 address listed as a literal', async () => {
+    const sockets = new Set<net.Socket>();
+    const server = net.createServer((s) => {
+      sockets.add(s);
+      s.on('data', (d: Buffer) => s.write(d));
+      s.on('error', () => s.destroy());
+    });
+    await new Promise<void>((r) => server.listen(0, '::1', () => r()));
+    cleanups.push(() => {
+      for (const s of sockets) s.destroy();
+      return new Promise<void>((r) => server.close(() => r()));
+    });
+    const { port } = server.address() as net.AddressInfo;
+    const log = decisionLog();
+    const { sockPath } = await startProxy({ allowedHosts: ['::1'], onDecision: log.onDecision });
+    const s = await connectUnix(sockPath);
+
+    s.write(`CONNECT [::1]:${port} HTTP/1.1\r\n\r\nv6`);
+
+    expect((await readUntil(s, (b) => b.length >= ESTABLISHED.length + 2)).toString('latin1')).toBe(`${ESTABLISHED}v6`);
+    expect(log.decisions).toEqual([{ host: '::1', port, allowed: true }]);
+  });
+
+  it.each([1, 65535])('CONNECT to port %i passes the port check', async (port) => {
+    const log = decisionLog();
+    const { sockPath } = await startProxy({ allowedHosts: ['127.0.0.1'], onDecision: log.onDecision });
+    const s = await connectUnix(sockPath);
+    s.write(`CONNECT 127.0.0.1:${port} HTTP/1.1\r\n\r\n`);
+    // Whether something listens there (200) or not (502) depends on the machine; never a 400.
+    const head = (await readUntil(s, (b) => b.includes('\r\n'))).toString('latin1');
+    expect(head).toMatch(/^HTTP\/1\.1 (200 Connection Established|502 Bad Gateway)\r\n/);
+    expect(log.decisions).toEqual([{ host: '127.0.0.1', port, allowed: true }]);
+  });
+});
+
+describe('EgressProxy: the request head', () => {
+  /** An HTTP upstream that takes heads up to 64 KiB (Node's default limit is the proxy's own, 16 KiB). */
+  async function startRoomyUpstream(): Promise<{ port: number; seen: http.IncomingHttpHeaders[] }> {
+    const seen: http.IncomingHttpHeaders[] = [];
+    const server = http.createServer({ maxHeaderSize: 64 * 1024 }, (req, res) => {
+      seen.push(req.headers);
+      res.end('ok');
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+    cleanups.push(() => {
+      server.closeAllConnections();
+      return new Promise<void>((r) => server.close(() => r()));
+    });
+    return { port: (server.address() as net.AddressInfo).port, seen };
+  }
+
+  it('is read across several writes', async () => {
+    const up = await startHttpUpstream();
+    const { sockPath } = await startProxy({ allowedHosts: ['127.0.0.1'] });
+    const res = await exchange(sockPath, `GET http://127.0.0.1:${up.port}/split HTTP/1.1\r\nX-Fi`, 'rst: 1\r\n', 'X-Second: 2\r\n\r\n');
+    expect(res.status).toBe(200);
+    expect(up.seen[0]).toMatchObject({ url: '/split', headers: expect.objectContaining({ 'x-first': '1', 'x-second': '2' }) });
+  });
+
+  it('is taken at exactly 16 KiB before its blank line, refused at one byte more', async () => {
+    const up = await startRoomyUpstream();
+    const { sockPath } = await startProxy({ allowedHosts: ['127.0.0.1'] });
+    const start = `GET http://127.0.0.1:${up.port}/ HTTP/1.1\r\nX-Pad: `;
+    const exactly = start + 'p'.repeat(16 * 1024 - start.length);
+    expect(Buffer.byteLength(exactly)).toBe(16 * 1024);
+
+    const taken = await exchange(sockPath, exactly, '\r\n\r\n');
+    expect(taken.status).toBe(200);
+    expect(up.seen[0]!['x-pad']).toHaveLength(16 * 1024 - start.length);
+
+    const refused = await exchange(sockPath, `${exactly}p`, '\r\n\r\n');
+    expect(refused.raw.toString('utf8')).toBe(refusal(431, 'Request Header Fields Too Large', 'request head too large'));
+    expect(up.seen).toHaveLength(1);
+  });
+
+  it('drops every hop-by-hop header, whatever its case, and each header the Connection header names', async () => {
+    const up = await startHttpUpstream();
+    const { sockPath } = await startProxy({ allowedHosts: ['127.0.0.1'] });
+    const hop = ['Connection: X-One , x-TWO', 'KEEP-ALIVE: timeout=5', 'Proxy-Connection: keep-alive', 'Proxy-Authorization: Basic c2VjcmV0', 'Proxy-Authenticate: Basic', 'TE: trailers', 'Trailer: X-Sum', 'Upgrade: websocket', 'X-One: 1', 'x-two: 2'];
+    const res = await exchange(sockPath, `GET http://127.0.0.1:${up.port}/ HTTP/1.1\r\n${hop.join('\r\n')}\r\nX-Kept: yes\r\n\r\n`);
+    expect(res.status).toBe(200);
+    const names = up.seen[0]!.rawHeaders.filter((_h, i) => i % 2 === 0).map((h) => h.toLowerCase());
+    expect(names.sort()).toEqual(['connection', 'host', 'x-kept']);
+    expect(up.seen[0]!.headers.connection).toBe('close');
+  });
+
+  it('forwards the request line in origin form over HTTP/1.1, the head ending with Connection: close', async () => {
+    const echo = await startEchoUpstream();
+    const { sockPath } = await startProxy({ allowedHosts: ['127.0.0.1'] });
+    const s = await connectUnix(sockPath);
+    s.write(`DELETE http://127.0.0.1:${echo.port}/a/b?c=d&e HTTP/1.0\r\nX-A: 1\r\n\r\n`);
+    const forwarded = await readUntil(s, (b) => b.includes('\r\n\r\n'));
+    expect(forwarded.toString('latin1')).toBe(`DELETE /a/b?c=d&e HTTP/1.1\r\nHost: 127.0.0.1:${echo.port}\r\nX-A: 1\r\nConnection: close\r\n\r\n`);
+  });
+});
+
+describe('EgressProxy: connections end cleanly', () => {
+  it.each([
+    ['a refused request', (_port: number) => 'GET http://not-listed.example/ HTTP/1.1\r\n\r\n'],
+    ['a tunnel the program closes', (port: number) => `CONNECT 127.0.0.1:${port} HTTP/1.1\r\n\r\n`],
+  ])('%s frees its place under maxConnections', async (_name, request) => {
+    const echo = await startEchoUpstream();
+    const { sockPath } = await startProxy({ allowedHosts: ['127.0.0.1'], maxConnections: 1 });
+    for (let i = 0; i < 3; i++) {
+      const s = await connectUnix(sockPath);
+      s.write(request(echo.port));
+      // The answer first (a refusal, or the tunnel established), then the program hangs up.
+      const first = (await readUntil(s, (b) => b.includes('\r\n'))).toString('latin1');
+      expect(first).toMatch(/^HTTP\/1\.1 (403|200) /);
+      const closed = s.closed ? Promise.resolve() : new Promise((r) => s.once('close', r));
+      s.end();
+      await closed;
+    }
+    // Each connection above was the only one while it lasted; the next is served too (not 503).
+    const last = await untilNot503(sockPath, `CONNECT 127.0.0.1:${await closedPort()} HTTP/1.1\r\n\r\n`);
+    expect(last.status).toBe(502);
+  });
+
+  // A refused program usually has more to send (its request after a 503, a body after a 403): the
+  // proxy must still see its connection end, or the refused connection keeps its place for the run.
+  it.each([
+    ['503 (too many), the request sent anyway', 1, 'GET http://127.0.0.1/ HTTP/1.1\r\n\r\n', ''],
+    ['403, the body sent after the head', 0, 'POST http://not-listed.example/ HTTP/1.1\r\nContent-Length: 4\r\n\r\n', 'body'],
+  ])('a connection refused with %s frees its place', async (_name, idle, head, body) => {
+    const { sockPath } = await startProxy({ allowedHosts: ['127.0.0.1'], maxConnections: 1 });
+    const holders: net.Socket[] = [];
+    for (let i = 0; i < idle; i++) holders.push(await connectUnix(sockPath));
+    await new Promise((r) => setTimeout(r, 50));
+    const refused = await exchange(sockPath, head, ...(body ? [body] : []));
+    expect(refused.status).toBe(idle ? 503 : 403);
+    for (const h of holders) h.destroy();
+
+    const next = await untilNot503(sockPath, `CONNECT 127.0.0.1:${await closedPort()} HTTP/1.1\r\n\r\n`);
+
+    expect(next.status).toBe(502);
+  });
+
+  it('a tunnel idle for longer than the connect timeout stays open', async () => {
+    const echo = await startEchoUpstream();
+    const { sockPath } = await startProxy({ allowedHosts: ['127.0.0.1'], connectTimeoutMs: 250 });
+    const s = await connectUnix(sockPath);
+    s.write(`CONNECT 127.0.0.1:${echo.port} HTTP/1.1\r\n\r\n`);
+    await readUntil(s, (b) => b.length >= ESTABLISHED.length);
+    await new Promise((r) => setTimeout(r, 750));
+    s.write('still here\n');
+    expect((await readUntil(s, (b) => b.includes('\n'))).toString()).toBe('still here\n');
+  });
+
+  it('an upstream that resets the connection ends the tunnel, with nothing added to the stream', async () => {
+    const server = net.createServer((up) => {
+      up.on('error', () => {});
+      up.on('data', (d: Buffer) => (d.toString().includes('RESET') ? up.resetAndDestroy() : up.write(d)));
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+    cleanups.push(() => new Promise<void>((r) => server.close(() => r())));
+    const { port } = server.address() as net.AddressInfo;
+    const { sockPath } = await startProxy({ allowedHosts: ['127.0.0.1'] });
+    const s = await connectUnix(sockPath);
+    const all = readToClose(s);
+
+    s.write(`CONNECT 127.0.0.1:${port} HTTP/1.1\r\n\r\n`);
+    await new Promise((r) => setTimeout(r, 50));
+    s.write('echo me\n');
+    await new Promise((r) => setTimeout(r, 50));
+    s.write('RESET\n');
+
+    expect((await all).toString('latin1')).toBe(`${ESTABLISHED}echo me\n`);
+  });
+});
+
+describe('EgressProxy: a slow upstream', () => {
+  /**
+   * An HTTP upstream slow to take connections: its accept queue (backlog 0) is held full for a while,
+   * so a new connection completes only on the kernel's SYN retry (about a second later). It answers
+   * each request with the bytes it received (all of them, or what came within 1.5 s).
+   */
+  async function startSlowAcceptUpstream(holdMs: number): Promise<number> {
+    const script = [
+      'import socket, sys, threading, time',
+      's = socket.socket()',
+      "s.bind(('127.0.0.1', 0))",
+      's.listen(0)',
+      'print(s.getsockname()[1], flush=True)',
+      'def serve(c):',
+      "    got = b''",
+      '    c.settimeout(1.5)',
+      "    while b'hello' not in got:",
+      '        try: d = c.recv(65536)',
+      '        except socket.timeout: break',
+      '        if not d: break',
+      '        got += d',
+      "    c.sendall(b'HTTP/1.1 200 OK\\r\\nContent-Length: %d\\r\\nConnection: close\\r\\n\\r\\n' % len(got) + got)",
+      '    c.close()',
+      `time.sleep(${holdMs / 1000})`,
+      'filler, _ = s.accept()',
+      'while True:',
+      '    c, _ = s.accept()',
+      '    threading.Thread(target=serve, args=(c,), daemon=True).start()',
+    ].join('\n');
+    const py = spawn('python3', ['-c', script], { stdio: ['ignore', 'pipe', 'inherit'] });
+    cleanups.push(() => py.kill());
+    const port = await new Promise<number>((r) => py.stdout!.once('data', (d: Buffer) => r(Number(d.toString().trim()))));
+    const filler = net.connect({ host: '127.0.0.1', port });
+    cleanups.push(() => filler.destroy());
+    await new Promise((r) => filler.once('connect', r));
+    return port;
+  }
+
+  it('delivers the body a program sends while the proxy is still connecting', async () => {
+    const port = await startSlowAcceptUpstream(200);
+    const { sockPath } = await startProxy({ allowedHosts: ['127.0.0.1'], connectTimeoutMs: 5000 });
+
+    // The body follows the head 100 ms later, long before the connection to the upstream completes.
+    const res = await exchange(sockPath, `POST http://127.0.0.1:${port}/slow HTTP/1.1\r\nContent-Length: 5\r\n\r\n`, Buffer.alloc(0), Buffer.alloc(0), Buffer.alloc(0), 'hello');
+
+    expect(res.status).toBe(200);
+    expect(res.body).toBe(`POST /slow HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello`);
+  }, 10_000);
+});
+
+describe('EgressProxy: a program that drops its end of a tunnel', () => {
+  it('the upstream connection is closed too, also when the drop is an error (unread data: a reset)', async () => {
+    let upstreamClosed!: () => void;
+    const closed = new Promise<void>((r) => (upstreamClosed = r));
+    const server = net.createServer((up) => {
+      up.on('error', () => {});
+      up.once('close', () => upstreamClosed());
+      setTimeout(() => up.write(Buffer.alloc(4 * 1024 * 1024, 'u')), 100);
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+    cleanups.push(() => new Promise<void>((r) => server.close(() => r())));
+    const { port } = server.address() as net.AddressInfo;
+    const { sockPath } = await startProxy({ allowedHosts: ['127.0.0.1'] });
+    const s = await connectUnix(sockPath);
+    s.write(`CONNECT 127.0.0.1:${port} HTTP/1.1\r\n\r\n`);
+    await readUntil(s, (b) => b.length >= ESTABLISHED.length);
+    // Stop reading, let more of the upstream's bytes reach the socket than its buffers hold, then close
+    // it with them unread.
+    s.pause();
+    await new Promise((r) => setTimeout(r, 300));
+    s.destroy();
+
+    const outcome = await Promise.race([closed.then(() => 'closed'), new Promise((r) => setTimeout(() => r('still open after 3 s'), 3000))]);
+    expect(outcome).toBe('closed');
+  });
+});
+
+describe('EgressProxy: more of what a program can do', () => {
+  it('header bytes outside ASCII reach the upstream unchanged', async () => {
+    const echo = await startEchoUpstream();
+    const { sockPath } = await startProxy({ allowedHosts: ['127.0.0.1'] });
+    const s = await connectUnix(sockPath);
+    s.write(Buffer.concat([Buffer.from(`GET http://127.0.0.1:${echo.port}/ HTTP/1.1\r\nX-Name: caf`, 'latin1'), Buffer.from([0xe9, 0xff]), Buffer.from('\r\n\r\n')]));
+    const forwarded = await readUntil(s, (b) => b.includes('\r\n\r\n'));
+    const line = forwarded.subarray(forwarded.indexOf('X-Name: '), forwarded.indexOf('\r\n', forwarded.indexOf('X-Name: ')));
+    expect([...line]).toEqual([...Buffer.from('X-Name: caf', 'latin1'), 0xe9, 0xff]);
+  });
+
+  it('a failure while handling a request ends the program’s connection instead of leaving it hanging', async () => {
+    const { sockPath } = await startProxy({
+      allowedHosts: ['127.0.0.1'],
+      onDecision: () => {
+        throw new Error('the decision log failed');
+      },
+    });
+    const res = await exchange(sockPath, 'CONNECT 127.0.0.1:9 HTTP/1.1\r\n\r\n');
+    expect(res.raw.length).toBe(0);
+  });
+
+  it('allows 64 connections at once by default; the 65th is refused with 503', async () => {
+    const { sockPath } = await startProxy({ allowedHosts: ['127.0.0.1'] });
+    const open: net.Socket[] = [];
+    for (let i = 0; i < 64; i++) open.push(await connectUnix(sockPath));
+    await new Promise((r) => setTimeout(r, 100));
+    const res = await exchange(sockPath, 'GET http://127.0.0.1/ HTTP/1.1\r\n\r\n');
+    expect(res.status).toBe(503);
+    expect(open.every((s) => !s.destroyed)).toBe(true);
+    open.pop()!.destroy();
+    const next = await untilNot503(sockPath, `CONNECT 127.0.0.1:${await closedPort()} HTTP/1.1\r\n\r\n`);
+    expect(next.status).toBe(502);
+  });
+
+  it('refuses to listen on a socket path that is taken', async () => {
+    const { sockPath } = await startProxy({ allowedHosts: [] });
+    await expect(EgressProxy.listen(sockPath, { allowedHosts: [] })).rejects.toMatchObject({ code: 'EADDRINUSE' });
+  });
+});
+
+describe('EgressProxy: which headers are hop-by-hop', () => {
+  it('a hop-by-hop header written with a space before its colon is dropped too (no proxy credentials upstream)', async () => {
+    const echo = await startEchoUpstream();
+    const { sockPath } = await startProxy({ allowedHosts: ['127.0.0.1'] });
+    const s = await connectUnix(sockPath);
+    s.write(`GET http://127.0.0.1:${echo.port}/ HTTP/1.1\r\nProxy-Authorization : Basic c2VjcmV0\r\nHost : evil.example\r\nX-Kept: 1\r\n\r\n`);
+    const forwarded = (await readUntil(s, (b) => b.includes('\r\n\r\n'))).toString('latin1');
+    expect(forwarded).toBe(`GET / HTTP/1.1\r\nHost: 127.0.0.1:${echo.port}\r\nX-Kept: 1\r\nConnection: close\r\n\r\n`);
+  });
+
+  it('only the Connection header names headers to drop: another header whose value names one leaves it', async () => {
+    const up = await startHttpUpstream();
+    const { sockPath } = await startProxy({ allowedHosts: ['127.0.0.1'] });
+    const res = await exchange(sockPath, `GET http://127.0.0.1:${up.port}/ HTTP/1.1\r\nVary: X-Kept, Accept\r\nX-Kept: 1\r\nAccept: */*\r\n\r\n`);
+    expect(res.status).toBe(200);
+    expect(up.seen[0]!.headers).toMatchObject({ vary: 'X-Kept, Accept', 'x-kept': '1', accept: '*/*' });
   });
 });

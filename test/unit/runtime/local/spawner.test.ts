@@ -31,6 +31,20 @@ describe('Spawner', () => {
     expect([r.code, r.sig, r.error]).toEqual([3, null, null]);
   });
 
+  it('with stdin: the command reads the one message input() writes, then EOF; no other fd of it leaks', async () => {
+    const p = spawner.warm({ procsFiles: [], fdFiles: [], drop: null, stdin: true })!;
+    let out = '';
+    p.onStdout((b) => (out += b.toString('utf8')));
+    p.launch({ file: SH, args: ['-c', 'echo ready; read line; echo "got $line"; read more || echo eof; ls /proc/$$/fd'], env: ENV });
+    while (!out.includes('ready')) await new Promise((r) => setTimeout(r, 10));
+    p.input('go {"timeout": 1}\n');
+    const [code] = await p.closed;
+    const lines = out.split('\n');
+    expect(lines.slice(0, 3)).toEqual(['ready', 'got go {"timeout": 1}', 'eof']);
+    expect(lines.slice(3).filter((l) => l !== '').map(Number).filter((n) => n < 10).sort((a, b) => a - b)).toEqual([0, 1, 2]);
+    expect(code).toBe(0);
+  });
+
   it('reports a signal death, the working directory, and opens fd files as fds 3…', async () => {
     const dir = mkdtempSync(path.join(tmpdir(), 'spawner-'));
     const f = path.join(dir, 'blob');
