@@ -6,6 +6,35 @@ import { BUILTIN_JOB_TYPES, JobTypeConfigSchema, type Config, type JobTypeConfig
 import * as v from 'valibot';
 import { canonical, sha256 } from '../util/json.ts';
 
+/** One pinned requirement of a built environment (the lock file's line). */
+export interface LockedRequirement {
+  /** Normalized distribution name (PEP 503). */
+  name: string;
+  version: string;
+  /** sha256 of the wheel or sdist that was installed; null when pip could not name one. */
+  sha256: string | null;
+}
+
+/** A built environment: what a run of a built job type uses instead of installing anything. */
+export interface BuiltEnvironment {
+  /** sha256 over the Python version, the base (interpreter or image), the runner and the lock. */
+  digest: string;
+  /** Where the environment lives: a local path (`local:…`) or an image reference by digest. */
+  imageRef: string;
+  pythonVersion: string;
+  lock: LockedRequirement[];
+}
+
+
+/** A job type's current (or a run's pinned) build: the environment plus its label. */
+export interface JobTypeBuild extends BuiltEnvironment {
+  /** Build record id (`GET /job-types/{name}/builds/{id}`). */
+  id: string;
+  /** `version_tag` of the build, or `latest`. */
+  version: string;
+  builtAt: Date;
+}
+
 /** A resolved job type, as runtimes consume it. */
 export interface JobType {
   name: string;
@@ -14,6 +43,13 @@ export interface JobType {
   /** Service style memory limit, e.g. `512m`. */
   memoryLimit: string;
   cpuLimit: number;
+  /**
+   * Kubernetes requests of a run (what it reserves on a node); null: a fraction of the limit, see
+   * `runtime/kubernetes/build-job.ts`. Equal to the limits: Guaranteed QoS.
+   */
+  cpuRequest: number | null;
+  /** Service style, like `memoryLimit`; null: a fraction of the limit. */
+  memoryRequest: string | null;
   /** Default execution timeout in seconds. */
   timeout: number;
   maxProcesses: number;
@@ -27,6 +63,16 @@ export interface JobType {
   version: string;
   /** sha256 of the canonical spec; `job_ref` is `<name>@sha256:<digest>`. */
   digest: string;
+  /**
+   * The built environment runs of this type use (set by the builds overlay, jobtypes/builds.ts); then
+   * `version` is the build's label and `digest` the build's digest.
+   */
+  build?: JobTypeBuild | null;
+  /**
+   * Warm run pods kept for this type in a cluster (JobType `spec.warmPool.size`); undefined or null:
+   * the service's default (`kubernetes.warm_pool_size`). Not part of the digest: it changes no run.
+   */
+  warmPoolSize?: number | null;
 }
 
 /** The SPEC §2.7 wire shape of a job type. */
@@ -41,12 +87,21 @@ export interface JobTypeView {
   network: { mode: 'none' | 'bridge'; allowed_hosts: string[] };
   version: string;
   job_ref: string;
+  /** Digest of the current build (`job_ref`'s digest), null when the type has not been built. */
+  digest: string | null;
+  /** Where the current build lives (local path or image by digest), null when not built. */
+  image_ref: string | null;
 }
 
 /** Anything that can answer "which job types exist". */
 export interface JobTypeRegistry {
   get(name: string): JobType | undefined;
   list(): JobType[];
+  /**
+   * The job type as a run pinned to `jobRef` (its record's `job_ref`) sees it: with the build that
+   * ref names, even after a rebuild. Registries without builds answer {@link get}.
+   */
+  pinned?(name: string, jobRef: string): JobType | undefined;
   /** Starts watching (cluster registry); the file registry has nothing to do. */
   start?(): Promise<void>;
   stop?(): Promise<void>;
@@ -67,14 +122,24 @@ export function fromConfig(c: JobTypeConfig, defaultTimeout = 30): JobType {
     image: c.image ?? null,
     env: { ...c.env },
     version: c.version,
+    cpuRequest: c.cpu_request ?? null,
+    memoryRequest: c.memory_request ?? null,
   };
-  const digest = sha256(canonical(spec));
+  // Requests enter the digest only when set, so the job_ref of a type that names none is what it was
+  // before requests existed.
+  const { cpuRequest, memoryRequest, ...rest } = spec;
+  const digest = sha256(canonical({ ...rest, ...(cpuRequest !== null ? { cpuRequest } : {}), ...(memoryRequest !== null ? { memoryRequest } : {}) }));
   return { ...spec, digest };
 }
 
 /** `<job_type>@sha256:<digest>` (SPEC §2.3 `job_ref`). */
 export function jobRef(jt: JobType): string {
   return `${jt.name}@sha256:${jt.digest}`;
+}
+
+/** The job type as a run pinned to `ref` sees it (see {@link JobTypeRegistry.pinned}). */
+export function pinnedJobType(registry: JobTypeRegistry, name: string, ref: string): JobType | undefined {
+  return registry.pinned ? registry.pinned(name, ref) : registry.get(name);
 }
 
 /** The API view of a job type. */
@@ -86,10 +151,12 @@ export function toView(jt: JobType): JobTypeView {
     memory_limit: jt.memoryLimit,
     cpu_limit: jt.cpuLimit,
     timeout: jt.timeout,
-    image_exists: jt.image !== null,
+    image_exists: jt.image !== null || !!jt.build,
     network: { mode: jt.network.mode, allowed_hosts: jt.network.allowedHosts },
     version: jt.version,
     job_ref: jobRef(jt),
+    digest: jt.build?.digest ?? null,
+    image_ref: jt.build?.imageRef ?? jt.image,
   };
 }
 

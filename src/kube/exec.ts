@@ -42,6 +42,11 @@ export interface ExecRequest {
   signal?: AbortSignal;
   /** Gives up (and closes the socket) after this long. */
   timeoutMs?: number;
+  /**
+   * Gives up when the upgrade is not answered within this long (an API server that accepts the
+   * connection and never answers); default: `timeoutMs`.
+   */
+  handshakeTimeoutMs?: number;
 }
 
 const MAX_STDERR = 64 * 1024;
@@ -61,6 +66,11 @@ export class ExecError extends Error {
   constructor(
     message: string,
     readonly httpStatus?: number,
+    /**
+     * The API server did not take the exec: no answer to the upgrade, no connection, or a 5xx/429
+     * refusal. Says nothing about the pod; trying again later may work.
+     */
+    readonly apiUnavailable = httpStatus !== undefined && (httpStatus >= 500 || httpStatus === 429),
   ) {
     super(message);
   }
@@ -85,7 +95,8 @@ export async function execInContainer(kc: KubeConfig, req: ExecRequest): Promise
   await kc.applyToHTTPSOptions(opts);
 
   return new Promise<ExecResult>((resolve, reject) => {
-    const ws = new WebSocket(url, [...EXEC_PROTOCOLS], { ...opts, perMessageDeflate: false });
+    const handshakeTimeout = req.handshakeTimeoutMs ?? req.timeoutMs;
+    const ws = new WebSocket(url, [...EXEC_PROTOCOLS], { ...opts, perMessageDeflate: false, ...(handshakeTimeout ? { handshakeTimeout } : {}) });
     let status: ExecStatus | null = null;
     let stderr = '';
     let settled = false;
@@ -127,7 +138,11 @@ export async function execInContainer(kc: KubeConfig, req: ExecRequest): Promise
         fail(new ExecError(`exec refused: HTTP ${res.statusCode ?? '?'} ${msg}`.trim(), res.statusCode));
       });
     });
-    ws.on('error', (err) => fail(new ExecError(`exec failed: ${err.message}`)));
+    ws.on('error', (err) => {
+      if (/handshake has timed out/.test(err.message)) fail(new ExecError(`exec: the API server did not answer the upgrade within ${handshakeTimeout} ms`, undefined, true));
+      // Before the upgrade was answered nothing reached the pod: the API server is out of reach.
+      else fail(new ExecError(`exec failed: ${err.message}`, undefined, ws.readyState === ws.CONNECTING));
+    });
     ws.on('message', (data: Buffer, isBinary: boolean) => {
       const buf = isBinary ? data : Buffer.from(data.toString(), 'utf8');
       if (buf.length === 0) return;

@@ -2,6 +2,9 @@
  * A list+watch cache of one kind of object that survives what real API servers do to watches:
  * it re-lists on `410 Gone` (the resourceVersion it watched from was compacted away) and reconnects
  * with capped, jittered backoff on any other break, resuming from the last resourceVersion it saw.
+ * A hung API server is survived too: the list has the client's request deadline, and a watch that
+ * gets no headers, or stays open silent past its `timeoutSeconds`, is given up (`watch.ts`) — a
+ * stalled one followed by a fresh list.
  * A bare "restart the watch" is not enough: after a 410 the only way to learn what changed is a
  * fresh list, diffed against the cache, so deletions missed while disconnected still fire.
  *
@@ -12,8 +15,13 @@
  * error other than 410 and leaves reconnecting (and backing off) to the caller; this class is that
  * caller and the cache in one.
  */
-import { Watch, type KubeConfig } from '@kubernetes/client-node';
+import type { KubeConfig } from '@kubernetes/client-node';
 import { silentLogger, type Logger } from '../logger.ts';
+import { DEFAULT_REQUEST_TIMEOUT_MS } from './kube-api.ts';
+import { openWatch, WatchStalledError, type WatchHandle } from './watch.ts';
+
+/** Server-side timeout of each watch unless configured otherwise, s. */
+export const DEFAULT_WATCH_TIMEOUT_SECONDS = 60;
 
 /** The part of a Kubernetes object the informer relies on. */
 export interface KubeObject {
@@ -43,8 +51,14 @@ export interface InformerOptions<T> {
   /** First reconnect delay and cap, ms. */
   backoffInitialMs?: number;
   backoffMaxMs?: number;
-  /** Server-side watch timeout; the server closes the watch after it and we resume. */
+  /**
+   * Server-side watch timeout (`timeoutSeconds`, default {@link DEFAULT_WATCH_TIMEOUT_SECONDS}); the
+   * server closes the watch after it and we resume. A watch still open well past it is stalled
+   * ({@link watchDeadlineMs}): it is aborted and the collection re-listed.
+   */
   watchTimeoutSeconds?: number;
+  /** How long a watch may wait for its response headers, ms (the API client's request deadline). */
+  requestTimeoutMs?: number;
 }
 
 /** Is this error (or watch ERROR Status) a `410 Gone`? */
@@ -61,20 +75,18 @@ export class ReconnectingInformer<T extends KubeObject> {
   private readonly cache = new Map<string, T>();
   private readonly handlers: ((event: InformerEvent, obj: T, old?: T) => void)[] = [];
   private readonly log: Logger;
-  private readonly watch: Watch;
   private resourceVersion = '';
   private stopped = true;
-  private abort: AbortController | null = null;
+  private watchHandle: WatchHandle | null = null;
   private failures = 0;
   private timer: NodeJS.Timeout | null = null;
   private syncedOnce = false;
   private firstSync: { resolve: () => void; reject: (e: unknown) => void } | null = null;
   /** Counts for health and tests. */
-  readonly stats = { lists: 0, watches: 0, gone: 0, reconnects: 0 };
+  readonly stats = { lists: 0, watches: 0, gone: 0, reconnects: 0, stalls: 0 };
 
   constructor(private readonly opts: InformerOptions<T>) {
     this.log = opts.logger ?? silentLogger;
-    this.watch = new Watch(opts.kubeConfig);
   }
 
   /** Registers a handler; it runs synchronously on each change, so it must only enqueue work. */
@@ -112,8 +124,8 @@ export class ReconnectingInformer<T extends KubeObject> {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
-    this.abort?.abort();
-    this.abort = null;
+    this.watchHandle?.abort();
+    this.watchHandle = null;
   }
 
   private emit(event: InformerEvent, obj: T, old?: T): void {
@@ -185,23 +197,23 @@ export class ReconnectingInformer<T extends KubeObject> {
       this.firstSync = null;
       first.resolve();
     }
-    void this.startWatch();
+    this.startWatch();
   }
 
-  private async startWatch(): Promise<void> {
+  private startWatch(): void {
     if (this.stopped) return;
     this.stats.watches++;
+    const timeoutSeconds = this.opts.watchTimeoutSeconds ?? DEFAULT_WATCH_TIMEOUT_SECONDS;
     const query: Record<string, string | number | boolean> = {
       resourceVersion: this.resourceVersion,
       allowWatchBookmarks: true,
-      timeoutSeconds: this.opts.watchTimeoutSeconds ?? 300,
+      timeoutSeconds,
     };
     if (this.opts.labelSelector) query.labelSelector = this.opts.labelSelector;
     let gone = false;
-    let ended = false;
     const startedAt = Date.now();
     const onEvent = (type: string, obj: unknown) => {
-      if (ended || this.stopped) return;
+      if (this.stopped) return;
       if (type === 'ERROR') {
         const status = obj as { code?: number; message?: string };
         if (status?.code === 410) gone = true;
@@ -224,9 +236,8 @@ export class ReconnectingInformer<T extends KubeObject> {
         this.emit(old ? 'update' : 'add', o, old);
       }
     };
-    const onDone = (err: unknown) => {
-      if (ended) return;
-      ended = true;
+    const onEnd = (err: Error | null) => {
+      this.watchHandle = null;
       if (this.stopped) return;
       if (gone || isGone(err)) {
         this.stats.gone++;
@@ -234,51 +245,46 @@ export class ReconnectingInformer<T extends KubeObject> {
         this.schedule(() => void this.relist(), 0);
         return;
       }
+      if (err instanceof WatchStalledError) {
+        // The server stopped talking without closing the watch: what happened meanwhile is known
+        // only to a fresh list (which has its own deadline, and backs off while the API hangs).
+        this.stats.stalls++;
+        this.log.warn({ informer: this.opts.name, err: err.message }, 'watch stalled; re-listing');
+        this.schedule(() => void this.relist(), 0);
+        return;
+      }
       if (err) {
         this.failures++;
         this.stats.reconnects++;
         this.log.warn({ err: String(err), informer: this.opts.name }, 'watch broke; reconnecting');
-        this.schedule(() => void this.startWatch(), this.backoffMs());
-      } else {
-        // A clean end (server timeout or closed connection): resume at once from where we are,
-        // but never hot-loop against a server that closes every watch immediately.
-        this.stats.reconnects++;
-        if (Date.now() - startedAt > 5000) this.failures = 0;
-        this.schedule(() => void this.startWatch(), this.failures > 0 ? this.backoffMs() : 0);
-        this.failures++;
-      }
-    };
-    try {
-      let established: AbortController | null = null;
-      let failure: unknown = null;
-      const ctrl = await this.watch.watch(this.opts.path, query, onEvent, (err: unknown) => {
-        // An error before the watch was established is a failed connect, handled below.
-        if (established === null && failure === null && err) failure = err;
-        else onDone(err);
-      });
-      if (failure) throw failure;
-      established = ctrl;
-      if (this.stopped) ctrl.abort();
-      else {
-        this.abort = ctrl;
-        // A connection that died without a FIN never ends by itself: past the server's own timeout
-        // (plus slack), abort it so the done callback reconnects.
-        const limitMs = ((this.opts.watchTimeoutSeconds ?? 300) + 30) * 1000;
-        const watchdog = setTimeout(() => !ended && ctrl.abort(), limitMs);
-        watchdog.unref();
-        ctrl.signal.addEventListener('abort', () => clearTimeout(watchdog), { once: true });
-      }
-    } catch (err) {
-      ended = true;
-      if (isGone(err)) {
-        this.stats.gone++;
-        this.schedule(() => void this.relist(), 0);
+        this.schedule(() => this.startWatch(), this.backoffMs());
         return;
       }
-      this.failures++;
+      // A clean end (server timeout or closed connection): resume at once from where we are, but
+      // never hot-loop against a server that closes every watch immediately. A watch that lasted
+      // (most of) its timeoutSeconds ended as it should: no failure, however short that timeout.
       this.stats.reconnects++;
-      this.log.warn({ err: String(err), informer: this.opts.name }, 'watch could not connect; retrying');
-      this.schedule(() => void this.startWatch(), this.backoffMs());
-    }
+      if (Date.now() - startedAt >= Math.min(5000, timeoutSeconds * 900)) this.failures = 0;
+      this.schedule(() => this.startWatch(), this.failures > 0 ? this.backoffMs() : 0);
+      this.failures++;
+    };
+    this.watchHandle = openWatch({
+      kubeConfig: this.opts.kubeConfig,
+      path: this.opts.path,
+      query,
+      connectTimeoutMs: this.opts.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS,
+      deadlineMs: watchDeadlineMs(timeoutSeconds),
+      onEvent,
+      onEnd,
+    });
   }
+}
+
+/**
+ * How long after it opened a watch with `timeoutSeconds` must have ended: the server closes it at
+ * `timeoutSeconds`; a quarter more (at least 1 s, at most 15 s) is slack for a busy server and the
+ * network. Past it the watch is taken as stalled.
+ */
+export function watchDeadlineMs(timeoutSeconds: number): number {
+  return timeoutSeconds * 1000 + Math.min(15_000, Math.max(1000, timeoutSeconds * 250));
 }

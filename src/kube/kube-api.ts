@@ -2,12 +2,23 @@
  * The typed Kubernetes calls the service makes, with the API's answers turned into what callers
  * need: 409 on create is "exists", 404 on get/delete is "absent", other 4xx are unretryable.
  *
+ * Every call has a deadline (`requestTimeoutMs`, default {@link DEFAULT_REQUEST_TIMEOUT_MS}): an API
+ * server that accepts a request and never answers (overloaded, wedged behind a load balancer, etcd
+ * stuck) fails the call with {@link KubeTimeoutError} instead of holding a run attempt, a reconcile
+ * pass or an informer's re-list forever. The same deadline goes to the server as `?timeout=`, so a
+ * server that is only slow stops working on a request its client has given up on. The client's own
+ * fetch has no default timeout, hence the per-call abort signal.
+ *
  * Every call is plain: no breaker, no retry. The service applies its breaker + retry policy in one
  * place, around a whole run attempt (executions/); background loops (informers, the controller's
  * work queue) retry with their own backoff. A failed call here simply rejects.
  */
 import {
   ApiException,
+  Observable,
+  type ConfigurationOptions,
+  type RequestContext,
+  type ResponseContext,
   BatchV1Api,
   CoreV1Api,
   CustomObjectsApi,
@@ -19,8 +30,35 @@ import {
 } from '@kubernetes/client-node';
 import type { Writable } from 'node:stream';
 import { UnretryableError } from '../errors.ts';
+import { attachToContainer, type AttachSession } from './attach.ts';
 import { execInContainer, ExecError, type ExecResult } from './exec.ts';
 import type { ListResult } from './informer.ts';
+
+/** How long one API call may take unless configured otherwise, ms. */
+export const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
+
+/** How long one exec may take when its caller gives no limit, ms. */
+export const DEFAULT_EXEC_TIMEOUT_MS = 60_000;
+
+/** An API call that got no (complete) answer within its deadline: retryable, the server may recover. */
+export class KubeTimeoutError extends Error {
+  override readonly name = 'KubeTimeoutError';
+}
+
+/**
+ * Whether an error (or its cause) says the API server is out of reach or overloaded — no answer
+ * within the deadline, an exec it did not take, a 5xx or 429 — rather than anything about the
+ * object asked for. Callers retrying in the background wait for the API instead of giving up.
+ */
+export function isApiUnavailable(err: unknown): boolean {
+  for (let e = err, depth = 0; e && depth < 4; e = (e as { cause?: unknown }).cause, depth++) {
+    if (e instanceof KubeTimeoutError) return true;
+    if (e instanceof ExecError) return e.apiUnavailable;
+    const code = httpStatusOf(e);
+    if (code !== undefined) return code >= 500 || code === 429;
+  }
+  return false;
+}
 
 /** HTTP status of an API error, if it carries one. */
 export function httpStatusOf(err: unknown): number | undefined {
@@ -64,44 +102,114 @@ export class KubeApi {
   readonly node: NodeV1Api;
   readonly custom: CustomObjectsApi;
 
-  constructor(readonly kc: KubeConfig) {
+  /** Deadline of one call (and of an exec's handshake), ms. */
+  readonly requestTimeoutMs: number;
+
+  constructor(
+    readonly kc: KubeConfig,
+    opts: { requestTimeoutMs?: number } = {},
+  ) {
     this.batch = kc.makeApiClient(BatchV1Api);
     this.core = kc.makeApiClient(CoreV1Api);
     this.node = kc.makeApiClient(NodeV1Api);
     this.custom = kc.makeApiClient(CustomObjectsApi);
+    this.requestTimeoutMs = opts.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
   }
 
-  private async call<T>(op: string, fn: () => Promise<T>, absent?: { status: number; value: T }): Promise<T> {
+  /**
+   * Runs one generated-client call under the deadline: `fn` gets the per-call options that put the
+   * abort signal (and the server-side `timeout`) on its request; the signal covers the body too.
+   */
+  private async call<T>(op: string, fn: (o: ConfigurationOptions) => Promise<T>, absent?: { status: number; value: T }): Promise<T> {
+    const ms = this.requestTimeoutMs;
+    const abort = new AbortController();
+    const timer = setTimeout(() => abort.abort(), ms);
+    const options: ConfigurationOptions = {
+      middleware: [
+        {
+          pre: (ctx: RequestContext) => {
+            ctx.setSignal(abort.signal);
+            ctx.setQueryParam('timeout', `${Math.max(1, Math.ceil(ms / 1000))}s`);
+            return new Observable(Promise.resolve(ctx));
+          },
+          post: (res: ResponseContext) => new Observable(Promise.resolve(res)),
+        },
+      ],
+      middlewareMergeStrategy: 'append',
+    };
     try {
-      return await fn();
+      return await fn(options);
     } catch (err) {
+      if (abort.signal.aborted) throw new KubeTimeoutError(`${op}: no answer from the Kubernetes API within ${ms} ms`, { cause: err });
       if (absent && httpStatusOf(err) === absent.status) return absent.value;
       rethrow(op, err);
+    } finally {
+      clearTimeout(timer);
     }
   }
 
   /** Creates a Job; `null` when one of that name exists already (409). */
   createJob(job: V1Job): Promise<V1Job | null> {
     const namespace = job.metadata?.namespace ?? '';
-    return this.call('create job', () => this.batch.createNamespacedJob({ namespace, body: job }), { status: 409, value: null });
+    return this.call('create job', (o) => this.batch.createNamespacedJob({ namespace, body: job }, o), { status: 409, value: null });
+  }
+
+  /**
+   * Replaces a Job (an update carrying the `resourceVersion` it was read at): `null` when another
+   * writer changed it since (409 Conflict, optimistic concurrency) or it is gone (404).
+   */
+  async replaceJob(job: V1Job): Promise<V1Job | null> {
+    const namespace = job.metadata?.namespace ?? '';
+    const name = job.metadata?.name ?? '';
+    try {
+      return await this.call('replace job', (o) => this.batch.replaceNamespacedJob({ namespace, name, body: job }, o), { status: 409, value: null });
+    } catch (err) {
+      if (httpStatusOf((err as { cause?: unknown }).cause ?? err) === 404 || /HTTP 404/.test(String(err))) return null;
+      throw err;
+    }
+  }
+
+  /** Applies a JSON patch (RFC 6902) to a Pod; `null` when it is gone. */
+  patchPod(namespace: string, name: string, ops: object[]): Promise<V1Pod | null> {
+    return this.call('patch pod', (o) => this.core.patchNamespacedPod({ namespace, name, body: ops }, o), { status: 404, value: null });
   }
 
   /** Reads a Job; `null` when absent. */
   getJob(namespace: string, name: string): Promise<V1Job | null> {
-    return this.call('get job', () => this.batch.readNamespacedJob({ namespace, name }), { status: 404, value: null });
+    return this.call('get job', (o) => this.batch.readNamespacedJob({ namespace, name }, o), { status: 404, value: null });
   }
 
   /** Deletes a Job and, in the background, its pods and owned Secret. Absent is fine. */
   async deleteJob(namespace: string, name: string): Promise<void> {
     await this.call(
       'delete job',
-      async () => {
+      async (o) => {
         // batch/v1 Jobs default to orphaning their pods: say Background explicitly.
-        await this.batch.deleteNamespacedJob({ namespace, name, propagationPolicy: 'Background', gracePeriodSeconds: 0 });
+        await this.batch.deleteNamespacedJob({ namespace, name, propagationPolicy: 'Background', gracePeriodSeconds: 0 }, o);
         return true;
       },
       { status: 404, value: false },
     );
+  }
+
+  /**
+   * Deletes a Job only if it is still at `resourceVersion` (delete preconditions): `false` when it
+   * changed meanwhile (409, e.g. a pool Job another replica just claimed) or is gone.
+   */
+  async deleteJobIfUnchanged(namespace: string, name: string, resourceVersion: string): Promise<boolean> {
+    try {
+      return await this.call(
+        'delete job',
+        async (o) => {
+          await this.batch.deleteNamespacedJob({ namespace, name, body: { propagationPolicy: 'Background', gracePeriodSeconds: 0, preconditions: { resourceVersion } } }, o);
+          return true;
+        },
+        { status: 404, value: false },
+      );
+    } catch (err) {
+      if (/HTTP 409/.test(String(err))) return false;
+      throw err;
+    }
   }
 
   /** Creates a Secret; `false` when one of that name exists already (409). */
@@ -109,8 +217,8 @@ export class KubeApi {
     const namespace = secret.metadata?.namespace ?? '';
     return this.call(
       'create secret',
-      async () => {
-        await this.core.createNamespacedSecret({ namespace, body: secret });
+      async (o) => {
+        await this.core.createNamespacedSecret({ namespace, body: secret }, o);
         return true;
       },
       { status: 409, value: false },
@@ -119,15 +227,15 @@ export class KubeApi {
 
   /** Reads a Secret; `null` when absent. */
   getSecret(namespace: string, name: string): Promise<V1Secret | null> {
-    return this.call('get secret', () => this.core.readNamespacedSecret({ namespace, name }), { status: 404, value: null });
+    return this.call('get secret', (o) => this.core.readNamespacedSecret({ namespace, name }, o), { status: 404, value: null });
   }
 
   /** Deletes a Secret. Absent is fine. */
   async deleteSecret(namespace: string, name: string): Promise<void> {
     await this.call(
       'delete secret',
-      async () => {
-        await this.core.deleteNamespacedSecret({ namespace, name });
+      async (o) => {
+        await this.core.deleteNamespacedSecret({ namespace, name }, o);
         return true;
       },
       { status: 404, value: false },
@@ -136,21 +244,21 @@ export class KubeApi {
 
   /** Lists Jobs matching a selector. */
   async listJobs(namespace: string, labelSelector: string, limit?: number): Promise<ListResult<V1Job>> {
-    const res = await this.call('list jobs', () => this.batch.listNamespacedJob({ namespace, labelSelector, ...(limit ? { limit } : {}) }));
+    const res = await this.call('list jobs', (o) => this.batch.listNamespacedJob({ namespace, labelSelector, ...(limit ? { limit } : {}) }, o));
     return { items: res.items, resourceVersion: res.metadata?.resourceVersion ?? '' };
   }
 
   /** Lists Pods matching a selector. */
   async listPods(namespace: string, labelSelector: string): Promise<ListResult<V1Pod>> {
-    const res = await this.call('list pods', () => this.core.listNamespacedPod({ namespace, labelSelector }));
+    const res = await this.call('list pods', (o) => this.core.listNamespacedPod({ namespace, labelSelector }, o));
     return { items: res.items, resourceVersion: res.metadata?.resourceVersion ?? '' };
   }
 
   /** Last lines of a container's log; empty when it cannot be read. */
   async podLogTail(namespace: string, name: string, container: string, tailLines = 40): Promise<string> {
     try {
-      return await this.call('read pod log', () =>
-        this.core.readNamespacedPodLog({ namespace, name, container, tailLines, limitBytes: 16 * 1024 }),
+      return await this.call('read pod log', (o) =>
+        this.core.readNamespacedPodLog({ namespace, name, container, tailLines, limitBytes: 16 * 1024 }, o),
       );
     } catch {
       return '';
@@ -161,8 +269,8 @@ export class KubeApi {
   runtimeClassExists(name: string): Promise<boolean> {
     return this.call(
       'get runtimeclass',
-      async () => {
-        await this.node.readRuntimeClass({ name });
+      async (o) => {
+        await this.node.readRuntimeClass({ name }, o);
         return true;
       },
       { status: 404, value: false },
@@ -171,13 +279,35 @@ export class KubeApi {
 
   /** Lists custom objects (JobTypes). */
   async listCustom<T>(group: string, version: string, namespace: string, plural: string): Promise<ListResult<T>> {
-    const res = (await this.call('list ' + plural, () =>
-      this.custom.listNamespacedCustomObject({ group, version, namespace, plural }),
+    const res = (await this.call('list ' + plural, (o) =>
+      this.custom.listNamespacedCustomObject({ group, version, namespace, plural }, o),
     )) as { items?: T[]; metadata?: { resourceVersion?: string } };
     return { items: res.items ?? [], resourceVersion: res.metadata?.resourceVersion ?? '' };
   }
 
-  /** Runs a command in a container; a refused upgrade (4xx) is unretryable like any other 4xx. */
+  /** Reads one custom object; `null` when absent. */
+  getCustom<T>(group: string, version: string, namespace: string, plural: string, name: string): Promise<T | null> {
+    return this.call('get ' + plural, (o) => this.custom.getNamespacedCustomObject({ group, version, namespace, plural, name }, o) as Promise<T>, { status: 404, value: null });
+  }
+
+  /** Patches a custom object's status subresource with a JSON patch (RFC 6902). */
+  async patchCustomStatus(group: string, version: string, namespace: string, plural: string, name: string, patch: object[]): Promise<void> {
+    await this.call('patch ' + plural + '/status', (o) => this.custom.patchNamespacedCustomObjectStatus({ group, version, namespace, plural, name, body: patch }, o));
+  }
+
+  /** Attaches to a running container's stdin/stdout (see attach.ts); a refused upgrade (4xx) is unretryable. */
+  attach(namespace: string, pod: string, container: string, onStdout: (chunk: Buffer) => void): Promise<AttachSession> {
+    return attachToContainer(this.kc, { namespace, pod, container, onStdout, handshakeTimeoutMs: this.requestTimeoutMs }).catch((err: unknown) => {
+      if (err instanceof ExecError && err.httpStatus !== undefined) rethrow('attach', err);
+      throw err;
+    });
+  }
+
+  /**
+   * Runs a command in a container; a refused upgrade (4xx) is unretryable like any other 4xx. The
+   * upgrade must be answered within the request deadline; the whole exec within `timeoutMs`
+   * (default {@link DEFAULT_EXEC_TIMEOUT_MS}).
+   */
   exec(
     namespace: string,
     pod: string,
@@ -185,7 +315,9 @@ export class KubeApi {
     command: readonly string[],
     opts: { stdout?: Writable; signal?: AbortSignal; timeoutMs?: number } = {},
   ): Promise<ExecResult> {
-    return execInContainer(this.kc, { namespace, pod, container, command, ...opts }).catch((err: unknown) => {
+    const timeoutMs = opts.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS;
+    const handshakeTimeoutMs = Math.min(this.requestTimeoutMs, timeoutMs);
+    return execInContainer(this.kc, { namespace, pod, container, command, ...opts, timeoutMs, handshakeTimeoutMs }).catch((err: unknown) => {
       if (err instanceof ExecError && err.httpStatus !== undefined) rethrow('exec', err);
       throw err;
     });

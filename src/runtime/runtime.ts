@@ -6,7 +6,9 @@
  * runner reported (untrusted — user code runs with the runner's uid and can forge it). It never decides
  * the record's status: `executions/classify.ts` does that, the same way for every runtime.
  */
-import type { JobType } from '../jobtypes/job-type.ts';
+import type { BuiltEnvironment, JobType } from '../jobtypes/job-type.ts';
+
+export type { BuiltEnvironment, LockedRequirement } from '../jobtypes/job-type.ts';
 
 /** Everything a runtime needs to start one run. */
 export interface RunSpec {
@@ -123,14 +125,25 @@ export interface RuntimeHealth {
   /** How limits are enforced: `cgroups`, `rlimits`, `kubernetes`. */
   limits: string;
   detail?: Record<string, unknown>;
+  /** Why the engine, though available, cannot run programs as it should (e.g. a failed preflight): `/health` is degraded. */
+  problems?: string[];
 }
 
 /** Options for one run. */
 export interface RunOptions {
   /** Aborted on cancel or shutdown; the runtime stops the sandbox promptly and reports `cancelled`. */
   signal?: AbortSignal;
-  /** Called when the run moves from startup to execution (for the record's phase and crash safety). */
-  onPhase?: (phase: 'startup' | 'execution') => void;
+  /**
+   * Called when the run moves from startup to execution (for the record's phase and crash safety);
+   * runtimes that can tell also report `installing` when requirements start installing (part of startup).
+   */
+  onPhase?: (phase: 'startup' | 'installing' | 'execution') => void;
+  /**
+   * The program's output as it is written (`GET /jobs/{id}/events`), in order per stream, raw bytes.
+   * Optional for a runtime and best effort: the record's stdout/stderr still come from the {@link RawRun}.
+   * A runtime that only sees both streams merged (the Kubernetes container log) reports them as `stdout`.
+   */
+  onOutput?: (stream: 'stdout' | 'stderr', chunk: Uint8Array) => void;
   /**
    * Re-attach to a run started by an earlier process (after a restart) instead of starting one.
    * Runtimes that cannot re-attach (local) reject with {@link RunGoneError}; so does a runtime whose
@@ -164,4 +177,65 @@ export interface Runtime {
    * and OOM. Rejects only when the machinery failed in a way worth retrying (engine unreachable).
    */
   run(spec: RunSpec, options?: RunOptions): Promise<RawRun>;
+  /** Builds job types into pinned environments (SPEC §4.9); absent where builds are not supported yet. */
+  readonly builder?: Builder;
+  /** Warm sandbox pools per job type (runtimes that keep them; issue 10). */
+  warmPoolStats?(): WarmPoolStats[];
+}
+
+/** A build's progress, as a builder reports it (`resolving`, `installing`, `publishing`…). */
+export type BuildProgress = (phase: string, detail?: string) => void;
+
+/** What a build is asked to do. */
+export interface BuildRequest {
+  jobType: JobType;
+  /** Requirements to resolve (the job type's). */
+  requirements: string[];
+  onProgress: BuildProgress;
+  /** Bounds the build (epoch ms). */
+  deadline: number;
+  signal?: AbortSignal;
+}
+
+/** A build that could not be done; `message` is the builder's (pip's output tail, a registry error). */
+export class BuildFailedError extends Error {
+  override readonly name = 'BuildFailedError';
+}
+
+/**
+ * Builds job types for one runtime. The local builder installs into a content-addressed read-only
+ * directory; a cluster builder would run a build Job and push an image layer by digest. The service
+ * (jobtypes/builds.ts) owns single-flight, the build records and pinning; a builder only builds.
+ */
+export interface Builder {
+  /**
+   * A key of everything the build's *inputs* depend on besides the requirements (interpreter or base
+   * image, pip settings): a built environment applies to a job type while this and the requirements
+   * are unchanged.
+   */
+  inputKey(jobType: JobType, requirements: readonly string[]): string;
+  /** Resolves and installs; throws {@link BuildFailedError} with the builder's message. */
+  build(req: BuildRequest): Promise<BuiltEnvironment>;
+  /**
+   * Makes an environment built elsewhere (another replica) present here, installing exactly its lock
+   * when it is missing. Resolves when it is usable.
+   */
+  materialize(env: BuiltEnvironment, deadline: number, signal?: AbortSignal): Promise<void>;
+  /** True when the environment is present here (nothing to install before a run). */
+  has(env: BuiltEnvironment): boolean;
+}
+
+/** One job type's warm sandboxes, as `/pool/stats` and `/metrics` show them. */
+export interface WarmPoolStats {
+  job_type: string;
+  /** Configured number of waiting sandboxes. */
+  target: number;
+  ready: number;
+  starting: number;
+  /** Ages of the oldest and newest ready sandbox (ms since their start), null when none is ready. */
+  oldest_age_ms: number | null;
+  newest_age_ms: number | null;
+  /** Runs that got a warm sandbox, and runs of a pooled job type that started cold. */
+  hits: number;
+  misses: number;
 }

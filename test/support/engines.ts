@@ -1,9 +1,13 @@
 /**
- * Sandbox suites run once per real engine. Where an engine is missing they skip visibly, except in
+ * Sandbox suites run once per real engine (and, with {@link describeEachEngineAndMode}, once per way
+ * of getting a sandbox: cold or warm). Where an engine is missing they skip visibly, except in
  * CI (`CI=true`), which installs both: there a missing engine is a failure, not a silent skip.
  */
 import { describe, expect, it } from 'vitest';
 import { engineInstalled, findEngineBinaries } from '../../src/runtime/local/engines.ts';
+import type { LocalRuntime } from '../../src/runtime/local/index.ts';
+import { poolable } from '../../src/runtime/local/sandbox-pool.ts';
+import type { RawRun, RunOptions, RunSpec } from '../../src/runtime/runtime.ts';
 
 /** The real engines the sandbox suites cover. */
 export const REAL_ENGINES = ['gvisor', 'bubblewrap'] as const;
@@ -19,5 +23,39 @@ export function describeEachEngine(title: string, body: (engine: (typeof REAL_EN
       return;
     }
     describe.skipIf(!installed)(`(${engine} ${installed ? 'present' : 'NOT INSTALLED: skipped'})`, () => body(engine));
+  });
+}
+
+/**
+ * How a suite's runs get their sandbox: `cold` starts one per run (the warm pool off), `warm` makes a
+ * warm sandbox of exactly the run's job type ready first and requires the run to claim it (issue 10:
+ * the sandbox tests hold on warm sandboxes too).
+ */
+export const RUN_MODES = ['cold', 'warm'] as const;
+export type RunMode = (typeof RUN_MODES)[number];
+
+/** Config keys of a mode: no configured pools (a warm run prewarms its own job type). */
+export function modeConfig(_mode: RunMode): Record<string, unknown> {
+  return { warm_pool: { sizes: {} } };
+}
+
+/**
+ * Runs `spec` the mode's way. Warm: a sandbox of its job type is made ready, and the run must be a
+ * hit. Runs that are never pooled (requirements, allowed_hosts) start cold in either mode.
+ */
+export async function runAs(mode: RunMode, rt: LocalRuntime, spec: RunSpec, options?: RunOptions): Promise<RawRun> {
+  if (mode === 'cold' || spec.requirements.length > 0 || !poolable(spec.jobType)) return rt.run(spec, options);
+  await rt.prewarm(spec.jobType);
+  const hits = () => rt.warmPoolStats().find((s) => s.job_type === spec.jobType.name)?.hits ?? 0;
+  const before = hits();
+  const r = await rt.run(spec, options);
+  expect(hits(), 'the run claimed a warm sandbox').toBe(before + 1);
+  return r;
+}
+
+/** {@link describeEachEngine} × {@link RUN_MODES}: `body` gets the engine and the mode. */
+export function describeEachEngineAndMode(title: string, body: (engine: (typeof REAL_ENGINES)[number], mode: RunMode) => void): void {
+  describeEachEngine(title, (engine) => {
+    describe.each(RUN_MODES)('%s', (mode) => body(engine, mode));
   });
 }

@@ -12,7 +12,7 @@ import { FakeKube } from './fake-kube/server.ts';
 
 /** A config for the kubernetes runtime with test-friendly values. */
 export function testConfig(over: Record<string, unknown> = {}): Config {
-  return parseConfig({ runtime: 'kubernetes', kubernetes: { executor_image: 'sandpod/executor:test', deadline_grace_seconds: 5 }, ...over }, {});
+  return parseConfig({ runtime: 'kubernetes', kubernetes: { executor_image: 'sandpod/executor:test', deadline_grace_seconds: 5, preflight: false }, ...over }, {});
 }
 
 /** A job type from its config form. */

@@ -6,7 +6,9 @@
 import type { V1Job, V1Secret, V1Container, V1Volume, V1SecurityContext, V1PodSecurityContext } from '@kubernetes/client-node';
 import { parseMemory, type Config } from '../../config.ts';
 import { jobRef, type JobType } from '../../jobtypes/job-type.ts';
+import { egressProxyUrl } from '../../egress/token.ts';
 import type { RunSpec } from '../runtime.ts';
+import { ENV_SITE } from './build-image.ts';
 import { ANNOTATIONS, CONTAINERS, LABELS, MANAGED_BY, RELEASE_FILE, executionLabel, jobNameFor } from './names.ts';
 
 /** The two objects of one run. The Secret gets its owner reference once the Job's uid is known. */
@@ -21,7 +23,15 @@ export interface BuildJobOptions {
   runtimeClassName: string | null;
   /** Text of `src/sandbox/runner.py`: shipped in the Secret so every image runs the service's own runner. */
   runnerSource: string;
+  /**
+   * With `kubernetes.egress_proxy`: the key its credentials are signed with and the time of signing
+   * (ms). Bridge types with `allowed_hosts` then reach the network through the proxy only.
+   */
+  egressProxy?: { key: Buffer | string; nowMs: number } | null;
 }
+
+/** How long a run's proxy credential outlives its Job's deadline (clock skew between service and proxy). */
+export const EGRESS_TOKEN_MARGIN_SECONDS = 120;
 
 /** The slice of the configuration the builder reads. */
 export type BuildJobConfig = Pick<Config, 'kubernetes' | 'enable_seccomp' | 'docker_image' | 'pip'>;
@@ -31,8 +41,9 @@ export const SECRET_KEYS = { code: 'main.py', input: 'data.json', runner: 'runne
 
 const UID = 1000;
 const SAFE_PATH = '/usr/local/bin:/usr/bin:/bin';
-/** The collector only runs `sh`, `sleep` and `tar`. */
-const COLLECTOR_RESOURCES = { cpu: '100m', memory: '64Mi', 'ephemeral-storage': '16Mi' };
+/** The collector only runs `sh`, `sleep` and `tar`: its limits, and its requests in a pod that is not Guaranteed. */
+const COLLECTOR_LIMITS = { cpu: '100m', memory: '64Mi', 'ephemeral-storage': '16Mi' };
+const COLLECTOR_REQUESTS = { cpu: '10m', memory: '32Mi', 'ephemeral-storage': '16Mi' };
 /** Room for installed packages (the `deps` emptyDir counts against the pod's ephemeral storage). */
 const DEPS_EPHEMERAL_STORAGE = 1024 ** 3;
 const MIN_MAIN_EPHEMERAL_STORAGE = 256 * 1024 ** 2;
@@ -53,6 +64,41 @@ export function toCpuQuantity(cpus: number): string {
   return `${Math.max(1, Math.round(cpus * 1000))}m`;
 }
 
+/** CPU and memory of a run's containers as Kubernetes quantities. */
+export interface RunResources {
+  requests: { cpu: string; memory: string };
+  limits: { cpu: string; memory: string };
+  /** Requests equal limits (in every container, the collector follows): the pod is Guaranteed. */
+  guaranteed: boolean;
+}
+
+/**
+ * What a run's `main` (and `deps`) container requests and is limited to. Limits are the job type's.
+ * Requests are the job type's `cpuRequest` / `memoryRequest` when set, else `fractions` of the limits
+ * (`kubernetes.cpu_request_fraction`, default 0.25, and `memory_request_fraction`, default 0.5): a
+ * short run or an idle pod then reserves a quarter of a CPU, not a whole one, and the scheduler packs
+ * several on a node while each can still burst to its limit. Requests never exceed limits, are never
+ * zero, and a fractional memory request of a limit in whole MiB is rounded down to whole MiB.
+ */
+export function runResources(jobType: Pick<JobType, 'cpuLimit' | 'cpuRequest' | 'memoryLimit' | 'memoryRequest'>, fractions: { cpu: number; memory: number }): RunResources {
+  const cpuLimitM = Math.max(1, Math.round(jobType.cpuLimit * 1000));
+  const cpuRequestM = Math.min(cpuLimitM, Math.max(1, Math.round((jobType.cpuRequest ?? jobType.cpuLimit * fractions.cpu) * 1000)));
+  const memLimit = parseMemory(jobType.memoryLimit);
+  const mi = 1024 ** 2;
+  let memRequest: number;
+  if (jobType.memoryRequest !== null) memRequest = parseMemory(jobType.memoryRequest);
+  else {
+    const raw = memLimit * fractions.memory;
+    memRequest = memLimit % mi === 0 && raw >= mi ? Math.floor(raw / mi) * mi : Math.floor(raw);
+  }
+  memRequest = Math.max(1, Math.min(memLimit, memRequest));
+  return {
+    requests: { cpu: `${cpuRequestM}m`, memory: toQuantity(memRequest) },
+    limits: { cpu: `${cpuLimitM}m`, memory: toQuantity(memLimit) },
+    guaranteed: cpuRequestM === cpuLimitM && memRequest === memLimit,
+  };
+}
+
 /** The executor image: `kubernetes.executor_image`, else `docker_image`. */
 export function executorImage(config: BuildJobConfig): string {
   return config.kubernetes.executor_image ?? config.docker_image;
@@ -71,12 +117,14 @@ export function buildJob(spec: RunSpec, jobType: JobType, config: BuildJobConfig
   const k = config.kubernetes;
   const name = jobNameFor(spec.executionId);
   const network = jobType.network.mode;
+  const proxied = network === 'bridge' && jobType.network.allowedHosts.length > 0 && k.egress_proxy !== null && opts.egressProxy ? opts.egressProxy : null;
   const labels: Record<string, string> = {
     [LABELS.managedBy]: MANAGED_BY,
     [LABELS.executionId]: executionLabel(spec.executionId),
     [LABELS.jobType]: jobType.name,
     [LABELS.instance]: k.instance,
     [LABELS.network]: network,
+    ...(proxied ? { [LABELS.egress]: 'proxy' } : {}),
   };
   const annotations: Record<string, string> = {
     [ANNOTATIONS.executionId]: spec.executionId,
@@ -84,10 +132,13 @@ export function buildJob(spec: RunSpec, jobType: JobType, config: BuildJobConfig
     [ANNOTATIONS.timeout]: String(spec.timeoutSec),
     [ANNOTATIONS.startupTimeout]: String(spec.startupTimeoutSec),
   };
-  const image = jobType.image ?? executorImage(config);
-  const hasDeps = spec.requirements.length > 0;
-  const memory = toQuantity(jobType.memoryLimit);
-  const cpu = toCpuQuantity(jobType.cpuLimit);
+  // A built job type (jobtypes/builds.ts pinned the run to it): its image by digest, whose layer holds
+  // the type's requirements; only requirements the request adds beyond those are installed.
+  const built = builtImage(jobType);
+  const image = built ?? jobType.image ?? executorImage(config);
+  const extra = built ? extraRequirements(spec.requirements, jobType.requirements) : spec.requirements;
+  const hasDeps = extra.length > 0;
+  const res = runResources(jobType, { cpu: k.cpu_request_fraction, memory: k.memory_request_fraction });
   const fileSize = parseMemory(jobType.maxFileSize);
   const mainStorage = toQuantity(Math.max(MIN_MAIN_EPHEMERAL_STORAGE, 2 * fileSize));
 
@@ -136,14 +187,23 @@ export function buildJob(spec: RunSpec, jobType: JobType, config: BuildJobConfig
   // sandbox), but node-wide on a shared kernel, where it would fail forks because of other runs.
   if (opts.runtimeClassName) runnerArgs.push('--rlimit', `nproc=${jobType.maxProcesses}`);
   if (hasDeps) runnerArgs.push('--python-path', '/deps');
+  if (built) runnerArgs.push('--python-path', BUILT_SITE_DIR);
   for (const [key, value] of Object.entries(jobType.env).sort(([a], [b]) => a.localeCompare(b))) {
     if (ENV_NAME_RE.test(key)) runnerArgs.push('--env', `${key}=${value}`);
   }
+  if (proxied && k.egress_proxy) {
+    // After the job type's env: these win. NO_PROXY empty, so every request goes through the proxy.
+    const expiresAtMs = proxied.nowMs + (jobDeadlineSeconds(spec, k.deadline_grace_seconds) + EGRESS_TOKEN_MARGIN_SECONDS) * 1000;
+    const url = egressProxyUrl(k.egress_proxy.url, { executionId: spec.executionId, allowedHosts: [...jobType.network.allowedHosts], expiresAtMs }, proxied.key);
+    for (const v of ['HTTP_PROXY', 'HTTPS_PROXY', 'http_proxy', 'https_proxy']) runnerArgs.push('--env', `${v}=${url}`);
+    runnerArgs.push('--env', 'NO_PROXY=', '--env', 'no_proxy=');
+  }
 
-  const resources = (storage: string, c = cpu, m = memory) => {
-    const r = { cpu: c, memory: m, 'ephemeral-storage': storage };
-    return { requests: { ...r }, limits: { ...r } };
-  };
+  // Ephemeral storage is requested at its limit: it is not what fills nodes, and eviction for it is abrupt.
+  const resources = (storage: string) => ({
+    requests: { ...res.requests, 'ephemeral-storage': storage },
+    limits: { ...res.limits, 'ephemeral-storage': storage },
+  });
   const mount = (n: string, mountPath: string, readOnly = false) => ({ name: n, mountPath, ...(readOnly ? { readOnly } : {}) });
 
   const main: V1Container = {
@@ -174,7 +234,8 @@ export function buildJob(spec: RunSpec, jobType: JobType, config: BuildJobConfig
       '-c',
       `trap 'exit 0' TERM INT; while [ ! -e ${RELEASE_FILE} ]; do sleep 0.2; done`,
     ],
-    resources: { requests: { ...COLLECTOR_RESOURCES }, limits: { ...COLLECTOR_RESOURCES } },
+    // Equal to its limits only when the job type asks for a Guaranteed pod (every container must be).
+    resources: { requests: { ...(res.guaranteed ? COLLECTOR_LIMITS : COLLECTOR_REQUESTS) }, limits: { ...COLLECTOR_LIMITS } },
     securityContext: containerSecurity,
     volumeMounts: [mount('output', '/output', true), mount('control', '/control')],
   };
@@ -197,7 +258,7 @@ export function buildJob(spec: RunSpec, jobType: JobType, config: BuildJobConfig
         '-c',
         `printf 'startup\\n' > /output/.svc_phase && exec python3 -m pip install ${pipArgs.map(shQuote).join(' ')} --target /deps -- "$@"`,
         'deps',
-        ...spec.requirements,
+        ...extra,
       ],
       resources: resources(toQuantity(DEPS_EPHEMERAL_STORAGE)),
       securityContext: containerSecurity,
@@ -262,6 +323,21 @@ export function buildJob(spec: RunSpec, jobType: JobType, config: BuildJobConfig
     },
   };
   return { secret, job };
+}
+
+/** Where a built job type's image holds its installed requirements. */
+export const BUILT_SITE_DIR = ENV_SITE;
+
+/** The image of a job type built on this runtime (an image by digest), or null. */
+export function builtImage(jobType: JobType): string | null {
+  const ref = jobType.build?.imageRef;
+  return ref && /@sha256:[a-f0-9]{64}$/.test(ref) ? ref : null;
+}
+
+/** Requirements of the run that the built type's own do not cover. */
+function extraRequirements(run: readonly string[], type: readonly string[]): string[] {
+  const have = new Set(type.map((r) => r.trim()));
+  return run.filter((r) => !have.has(r.trim()));
 }
 
 /** The Secret with an owner reference to its Job, so deleting the Job (or its TTL) removes it. */

@@ -9,7 +9,7 @@
 import { PassThrough } from 'node:stream';
 import type { KubeConfig, V1Job, V1Pod } from '@kubernetes/client-node';
 import { systemClock, type Clock } from '../../clock.ts';
-import { ReconnectingInformer, type KubeApi } from '../../kube/index.ts';
+import { ReconnectingInformer, followLog, isApiUnavailable, type KubeApi, type LogFollowHandle } from '../../kube/index.ts';
 import { silentLogger, type Logger } from '../../logger.ts';
 import type { RawRun, RunObservation } from '../runtime.ts';
 import { decide, type Action, type RunState } from './decide.ts';
@@ -27,21 +27,39 @@ export interface RunControllerOptions {
   logger?: Logger;
   /** Collection attempts before the outputs are given up as lost. */
   collectAttempts?: number;
+  /**
+   * Collection attempts the API server did not take (no answer, 5xx) before the outputs are given up:
+   * they say nothing of the pod, so many more are allowed (with the work queue's backoff, minutes).
+   */
+  collectUnavailableAttempts?: number;
   /** Time limit of one exec, ms. */
   execTimeoutMs?: number;
   informerBackoffInitialMs?: number;
   informerBackoffMaxMs?: number;
   watchTimeoutSeconds?: number;
+  /** Deadline of a watch's response headers, ms (the API calls' own deadline is the KubeApi's). */
+  requestTimeoutMs?: number;
 }
+
+/** How long a resolved run waits for its log follow to deliver the end, ms. */
+const LOG_TAIL_WAIT_MS = 2000;
 
 /** One run the controller drives until it resolves. */
 export interface TrackedRun {
   state: RunState;
   limits: OutputLimits;
-  onPhase?: (phase: 'startup' | 'execution') => void;
+  onPhase?: (phase: 'startup' | 'installing' | 'execution') => void;
+  /** The program's output as it runs: the `main` container's log, followed from the moment it started. */
+  onOutput?: (stream: 'stdout' | 'stderr', chunk: Uint8Array) => void;
+  /** The follow of the `main` container's log, once started. */
+  logFollow?: LogFollowHandle;
+  /** `installing` was reported (the `deps` init container ran). */
+  installingReported?: boolean;
   resolve: (raw: RawRun) => void;
   reject: (err: unknown) => void;
   collectFailures: number;
+  /** Collection attempts that failed because the API server did not take them. */
+  collectUnavailable?: number;
   podUid?: string;
   /**
    * The uid of the run's own Job, once the runtime has it (create answer, 409 read, adoption). Until
@@ -52,6 +70,8 @@ export interface TrackedRun {
   /** Deletions heard before `jobUid` was known: Job uids, and pod uids with their owners' uids. */
   deletedJobs?: Set<string>;
   deletedPods?: { uid: string; owners: string[] }[];
+  /** A warm run's attach to `main` (closed when the run ends). */
+  attach?: { close(): void };
 }
 
 /** The uids of a pod's owners: its ownerReferences and the Job controller's `controller-uid` labels. */
@@ -84,6 +104,7 @@ export class RunController {
       ...(opts.informerBackoffInitialMs !== undefined ? { backoffInitialMs: opts.informerBackoffInitialMs } : {}),
       ...(opts.informerBackoffMaxMs !== undefined ? { backoffMaxMs: opts.informerBackoffMaxMs } : {}),
       ...(opts.watchTimeoutSeconds !== undefined ? { watchTimeoutSeconds: opts.watchTimeoutSeconds } : {}),
+      requestTimeoutMs: opts.requestTimeoutMs ?? opts.api.requestTimeoutMs,
     };
     this.pods = new ReconnectingInformer<V1Pod>({
       ...common,
@@ -131,7 +152,9 @@ export class RunController {
     this.jobs.stop();
     this.queue.stop();
     for (const [key, run] of this.runs) {
+      run.attach?.close();
       this.runs.delete(key);
+      run.logFollow?.abort();
       run.reject(new Error('kubernetes runtime stopped while the run was in progress'));
     }
   }
@@ -176,9 +199,34 @@ export class RunController {
   untrack(key: string): void {
     const run = this.runs.get(key);
     if (!run) return;
+    run.attach?.close();
     this.runs.delete(key);
     this.queue.forget(key);
+    run.logFollow?.abort();
     run.reject(new Error('the run was not started'));
+  }
+
+  /** A warm run's program was handed over at `at` (its execution starts). */
+  delivered(key: string, at: number): void {
+    const run = this.runs.get(key);
+    if (!run?.state.warm) return;
+    run.state.warm.deliveredAt = at;
+    this.queue.add(key);
+  }
+
+  /** A warm run's runner said `done N`: the program ended and its outputs are written. */
+  done(key: string, exitCode: number, at: number): void {
+    const run = this.runs.get(key);
+    if (!run?.state.warm || run.state.warm.done) return;
+    run.state.warm.done = { exitCode, at };
+    this.queue.add(key);
+  }
+
+  /** Keeps a warm run's attach, to close it when the run ends. */
+  setAttach(key: string, attach: { close(): void }): void {
+    const run = this.runs.get(key);
+    if (run) run.attach = attach;
+    else attach.close();
   }
 
   /** Marks a run cancelled and reconciles it. */
@@ -247,6 +295,7 @@ export class RunController {
       const job = this.jobFor(run);
       if (job) run.state.jobSeen = true;
       const pod = this.podFor(key, run);
+      this.observeProgress(run, pod);
       const actions = decide(run.state, job, pod, this.clock.now());
       let again = false;
       for (const action of actions) {
@@ -286,6 +335,15 @@ export class RunController {
         await this.collect(run, action.pod);
         return true;
       case 'release':
+        if (run.state.warm) {
+          // A warm run's program ended by its own word (`done`): its outcome is known once the outputs
+          // are in, so the collector is let go in the background and the run reports at once.
+          run.state.released = true;
+          void this.opts.api.exec(ns, action.pod, CONTAINERS.collector, RELEASE_COMMAND, { timeoutMs: this.opts.execTimeoutMs ?? 30_000 }).catch((err: unknown) => {
+            this.log.warn({ execution_id: run.state.executionId, err: String(err) }, 'could not release the collector');
+          });
+          return true;
+        }
         try {
           await this.opts.api.exec(ns, action.pod, CONTAINERS.collector, RELEASE_COMMAND, { timeoutMs: this.opts.execTimeoutMs ?? 30_000 });
         } catch (err) {
@@ -331,18 +389,83 @@ export class RunController {
       })();
       run.state.collection = { ok: true, output };
     } catch (err) {
-      run.collectFailures++;
+      if (isApiUnavailable(err)) {
+        // A hung or overloaded API server: the outputs are still in the pod; wait for it.
+        run.collectUnavailable = (run.collectUnavailable ?? 0) + 1;
+        this.log.warn({ execution_id: run.state.executionId, err: String(err), attempt: run.collectUnavailable }, 'collecting outputs: the API server did not take the exec');
+        if (run.collectUnavailable < (this.opts.collectUnavailableAttempts ?? 40)) throw err;
+      } else run.collectFailures++;
       const attempts = this.opts.collectAttempts ?? 3;
       this.log.warn({ execution_id: run.state.executionId, err: String(err), attempt: run.collectFailures }, 'collecting outputs failed');
-      if (run.collectFailures < attempts) throw err;
+      if (run.collectFailures < attempts && (run.collectUnavailable ?? 0) < (this.opts.collectUnavailableAttempts ?? 40)) throw err;
       run.state.collection = { ok: false, error: String(err instanceof Error ? err.message : err) };
     }
   }
 
+  /**
+   * Progress the pod shows that `decide` has no use for: the `deps` init container running
+   * (`installing`), and the `main` container started, whose log is then followed for `onOutput`. The
+   * runner runs with `--tee`, so that log is the program's stdout and stderr, merged (the pod log API
+   * does not keep them apart): reported as `stdout`, at most what the record keeps of both streams.
+   */
+  private observeProgress(run: TrackedRun, pod: V1Pod | undefined): void {
+    if (!pod?.metadata?.name) return;
+    const deps = pod.status?.initContainerStatuses?.find((c) => c.name === CONTAINERS.deps);
+    if (!run.installingReported && (deps?.state?.running || deps?.state?.terminated)) {
+      run.installingReported = true;
+      try {
+        run.onPhase?.('installing');
+      } catch (err) {
+        this.log.warn({ execution_id: run.state.executionId, err: String(err) }, 'onPhase threw');
+      }
+    }
+    const onOutput = run.onOutput;
+    if (!onOutput || run.logFollow || run.state.cancelRequested) return;
+    const main = pod.status?.containerStatuses?.find((c) => c.name === CONTAINERS.main);
+    if (!main?.state?.running && !main?.state?.terminated) return;
+    run.logFollow = followLog({
+      kubeConfig: this.opts.kubeConfig,
+      namespace: this.opts.namespace,
+      pod: pod.metadata.name,
+      container: CONTAINERS.main,
+      limitBytes: run.limits.maxStdoutBytes * 2,
+      connectTimeoutMs: this.opts.requestTimeoutMs ?? 30_000,
+      onData: (chunk) => {
+        try {
+          onOutput('stdout', chunk);
+        } catch (err) {
+          this.log.warn({ execution_id: run.state.executionId, err: String(err) }, 'onOutput threw');
+        }
+      },
+      onEnd: (err) => {
+        // Live output is best effort: the record's streams come from the collector either way.
+        if (err) this.log.info({ execution_id: run.state.executionId, err: err.message }, 'following the run log stopped');
+      },
+    });
+  }
+
   private finish(key: string, run: TrackedRun, observation: RunObservation): void {
     run.state.finished = true;
+    run.attach?.close();
     this.runs.delete(key);
     this.queue.forget(key);
+    const follow = run.logFollow;
+    if (follow && !observation.cancelled) {
+      // The server ends the log when `main` ends, which was before the outputs were collected; a
+      // follow still open (a slow API) gets a moment to deliver the tail before the run resolves.
+      let timer: NodeJS.Timeout | undefined;
+      void Promise.race([follow.done, new Promise((r) => (timer = setTimeout(r, LOG_TAIL_WAIT_MS)))]).then(() => {
+        clearTimeout(timer);
+        follow.abort();
+        this.resolveRun(run, observation);
+      });
+      return;
+    }
+    follow?.abort();
+    this.resolveRun(run, observation);
+  }
+
+  private resolveRun(run: TrackedRun, observation: RunObservation): void {
     const out = run.state.collection?.ok ? run.state.collection.output : null;
     if (out && (out.rejected.length > 0 || out.truncated)) {
       this.log.warn({ execution_id: run.state.executionId, rejected: out.rejected, truncated: out.truncated }, 'some outputs were refused');

@@ -40,6 +40,13 @@ export interface RunState {
   /** Tail of the `deps` log once fetched; `undefined` while not fetched. */
   depsLog: string | undefined;
   finished: boolean;
+  /**
+   * A run on a claimed pool pod (pool-plan.ts): `main` was running before the run began, so its
+   * container state says nothing of the program. The program starts at delivery (the go line sent
+   * through attach) and has ended when the runner's `done N` line came back; the run's timeout and
+   * its execution time count from delivery.
+   */
+  warm?: { deliveredAt: number | null; done: { exitCode: number; at: number } | null };
 }
 
 /** What the controller should do, in order. */
@@ -101,14 +108,16 @@ export function observe(run: RunState, pod: V1Pod | undefined, now: number, over
   const main = status(pod, CONTAINERS.main);
   const deps = status(pod, CONTAINERS.deps, true);
   const term = main?.state?.terminated;
-  const mainStarted = toMs(main?.state?.running?.startedAt ?? term?.startedAt) ?? run.mainStartedAt;
-  const mainFinished = toMs(term?.finishedAt);
+  const warm = run.warm;
+  const mainStarted = warm ? warm.deliveredAt : (toMs(main?.state?.running?.startedAt ?? term?.startedAt) ?? run.mainStartedAt);
+  const mainFinished = warm?.done ? warm.done.at : toMs(term?.finishedAt);
   const startedAt = run.startedAt;
   const endedAt = Math.max(startedAt, mainFinished ?? now);
   const depsStart = toMs(deps?.state?.terminated?.startedAt ?? deps?.state?.running?.startedAt);
   const depsEnd = toMs(deps?.state?.terminated?.finishedAt) ?? (deps?.state?.running ? now : null);
-  const exitCode = term ? (term.exitCode ?? null) : null;
-  const phase: RunObservation['phase'] = term ? (exitCode === 0 ? 'completed' : 'failed') : mainStarted !== null ? 'execution' : 'startup';
+  const ended = !!term || !!warm?.done;
+  const exitCode = warm?.done ? warm.done.exitCode : term ? (term.exitCode ?? null) : null;
+  const phase: RunObservation['phase'] = ended ? (exitCode === 0 ? 'completed' : 'failed') : mainStarted !== null ? 'execution' : 'startup';
   return {
     exitCode,
     timedOut: null,
@@ -135,9 +144,12 @@ export function decide(run: RunState, job: V1Job | undefined, pod: V1Pod | undef
   const main = status(pod, CONTAINERS.main);
   const collector = status(pod, CONTAINERS.collector);
   const deps = status(pod, CONTAINERS.deps, true);
-  const mainStartedAtMs = toMs(main?.state?.running?.startedAt ?? main?.state?.terminated?.startedAt);
-  const mainStarted = !!(main?.state?.running || main?.state?.terminated) || run.phaseReported === 'execution';
-  const mainTerm = main?.state?.terminated;
+  const warm = run.warm;
+  const mainStartedAtMs = warm ? warm.deliveredAt : toMs(main?.state?.running?.startedAt ?? main?.state?.terminated?.startedAt);
+  const mainStarted = (warm ? warm.deliveredAt !== null : !!(main?.state?.running || main?.state?.terminated)) || run.phaseReported === 'execution';
+  // A warm run's program has ended when the runner said `done` (its report is written by then); a
+  // 137 waits for the container's own status, which tells an OOM kill from other SIGKILLs.
+  const mainTerm = main?.state?.terminated ?? (warm?.done && warm.done.exitCode !== 137 ? { exitCode: warm.done.exitCode } : undefined);
 
   // Cancellation wins over everything: stop the pod, report at once.
   if (run.cancelRequested) {
@@ -157,8 +169,10 @@ export function decide(run: RunState, job: V1Job | undefined, pod: V1Pod | undef
   // With the collector up, its outputs are pulled as usual (below); when it never started (the
   // sandbox died with the program), was killed, or the pod or Job is ending, they are lost: oom
   // without them, never docker_error or internal_error. A collector still being created is waited for.
+  // Once the Job's deadline has fired its pod is being torn down: a collector still shown running is
+  // not waited for either (the Job's status can reach us before the pod's deletion does).
   if (mainOomKilled(pod)) {
-    const collectorUp = !!collector?.state?.running && !pod?.metadata?.deletionTimestamp;
+    const collectorUp = !!collector?.state?.running && !pod?.metadata?.deletionTimestamp && !jobDeadlineExceeded(job);
     const phase = pod?.status?.phase;
     const noCollector = !!collector?.state?.terminated || phase === 'Failed' || phase === 'Succeeded' || !!pod?.metadata?.deletionTimestamp || jobDeadlineExceeded(job);
     if (!collectorUp && noCollector) return [...enter, finish()];

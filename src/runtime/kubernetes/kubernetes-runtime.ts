@@ -10,19 +10,26 @@
  * queue retries its own calls with backoff, outside the breaker.
  */
 import { readFileSync } from 'node:fs';
-import type { KubeConfig, V1Job, V1Secret } from '@kubernetes/client-node';
+import type { KubeConfig, V1Job, V1Pod, V1Secret } from '@kubernetes/client-node';
 import { systemClock, type Clock } from '../../clock.ts';
 import type { Config } from '../../config.ts';
 import { KubeApi, defaultKubeConfig } from '../../kube/index.ts';
 import { silentLogger, type Logger } from '../../logger.ts';
 import { RUNNER_PATH } from '../../sandbox/paths.ts';
 import { baseObservation, emptyRun } from '../run-output.ts';
-import { RunGoneError, type RawRun, type RunOptions, type RunSpec, type Runtime, type RuntimeHealth, type RuntimeHooks } from '../runtime.ts';
+import path from 'node:path';
+import { patchJobTypeStatus } from '../../jobtypes/kubernetes-registry.ts';
+import { KubernetesBuilder } from './builder.ts';
+import { RunGoneError, type Builder, type WarmPoolStats, type RawRun, type RunOptions, type RunSpec, type Runtime, type RuntimeHealth, type RuntimeHooks } from '../runtime.ts';
+import type { JobType } from '../../jobtypes/job-type.ts';
 import { buildJob, ownSecret } from './build-job.ts';
+import { WarmPool } from './pool.ts';
 import { RunController } from './controller.ts';
 import { newRunState, toMs } from './decide.ts';
-import { ANNOTATIONS, LABELS, executionLabel, jobNameFor } from './names.ts';
+import { ANNOTATIONS, CONTAINERS, LABELS, executionLabel, jobNameFor } from './names.ts';
+import { POOL_LABELS, coldAttachJob, poolable } from './pool-plan.ts';
 import { defaultOutputLimits } from './output-tar.ts';
+import { Preflight } from './preflight.ts';
 
 /** Constructor options of {@link createKubernetesRuntime}. */
 export interface KubernetesRuntimeOptions {
@@ -32,6 +39,8 @@ export interface KubernetesRuntimeOptions {
   hooks?: RuntimeHooks;
   clock?: Clock;
   logger?: Logger;
+  /** The JobTypes there are now: the warm pool keeps pods for each (pool.ts). Without it: no pool. */
+  jobTypes?: () => JobType[];
   /** Text of the runner shipped to every run; default: `src/sandbox/runner.py` read at creation. */
   runnerSource?: string;
   /** Tuning, mostly for tests. */
@@ -42,8 +51,16 @@ export interface KubernetesRuntimeOptions {
     informerBackoffInitialMs?: number;
     informerBackoffMaxMs?: number;
     watchTimeoutSeconds?: number;
+    /** How long the preflight canary may take before it is inconclusive, ms. */
+    preflightTimeoutMs?: number;
+    /** Deadline of each API call, ms (default: `kubernetes.api_timeout_seconds`). */
+    requestTimeoutMs?: number;
     /** How long health facts and the RuntimeClass lookup are cached, ms. */
     healthCacheMs?: number;
+    /** How often a build watches its pod, ms. */
+    buildPollMs?: number;
+    /** How often the warm pool is reconciled without an event, ms. */
+    poolIntervalMs?: number;
   };
 }
 
@@ -67,9 +84,14 @@ class KubernetesRuntime implements Runtime {
   private readonly log: Logger;
   private readonly ns: string;
   private runnerSource: string | null;
+  private egressKeyText: string | null = null;
   private runtimeClass: { exists: boolean | null; at: number } = { exists: null, at: 0 };
   private healthCache: { value: RuntimeHealth; at: number } | null = null;
   private started = false;
+  private preflight: Preflight | null = null;
+  /** Job-type builds (builder.ts); present when `kubernetes.build_registry` is set. */
+  readonly builder?: Builder;
+  private pool: WarmPool | null = null;
 
   constructor(
     private readonly config: Config,
@@ -79,9 +101,10 @@ class KubernetesRuntime implements Runtime {
     this.clock = options.clock ?? systemClock;
     this.log = options.logger ?? silentLogger;
     this.ns = config.kubernetes.runs_namespace;
-    this.api = new KubeApi(this.kc);
-    this.runnerSource = options.runnerSource ?? null;
     const t = options.tuning ?? {};
+    const requestTimeoutMs = t.requestTimeoutMs ?? config.kubernetes.api_timeout_seconds * 1000;
+    this.api = new KubeApi(this.kc, { requestTimeoutMs });
+    this.runnerSource = options.runnerSource ?? null;
     this.controller = new RunController({
       kubeConfig: this.kc,
       api: this.api,
@@ -93,13 +116,37 @@ class KubernetesRuntime implements Runtime {
       ...(t.collectAttempts !== undefined ? { collectAttempts: t.collectAttempts } : {}),
       ...(t.informerBackoffInitialMs !== undefined ? { informerBackoffInitialMs: t.informerBackoffInitialMs } : {}),
       ...(t.informerBackoffMaxMs !== undefined ? { informerBackoffMaxMs: t.informerBackoffMaxMs } : {}),
-      ...(t.watchTimeoutSeconds !== undefined ? { watchTimeoutSeconds: t.watchTimeoutSeconds } : {}),
+      watchTimeoutSeconds: t.watchTimeoutSeconds ?? config.kubernetes.watch_timeout_seconds,
+      requestTimeoutMs,
     });
+    if (config.kubernetes.build_registry) {
+      this.builder = new KubernetesBuilder({
+        config,
+        api: this.api,
+        pods: () => this.controller.pods.list(),
+        jobs: () => this.controller.jobs.list(),
+        runtimeClass: () => this.runtimeClassFor(),
+        runnerSource: () => this.runner(),
+        clock: this.clock,
+        logger: this.log,
+        workDir: path.join(config.workspace, 'kubernetes-builds'),
+        // JobTypes from resources get Building/Ready/Failed conditions and the image digest.
+        reportStatus: async (jobType, update) => {
+          if (!config.kubernetes.watch_job_types) return;
+          await patchJobTypeStatus(this.api, config.kubernetes.namespace, jobType, update, new Date(this.clock.now()));
+        },
+        ...(t.buildPollMs !== undefined ? { pollMs: t.buildPollMs } : {}),
+      });
+    }
   }
 
   /** Informers, request counters etc. for tests and the bench. */
-  get internals(): { controller: RunController; api: KubeApi } {
-    return { controller: this.controller, api: this.api };
+  get internals(): { controller: RunController; api: KubeApi; pool: WarmPool | null } {
+    return { controller: this.controller, api: this.api, pool: this.pool };
+  }
+
+  warmPoolStats(): WarmPoolStats[] {
+    return this.pool?.stats() ?? [];
   }
 
   async start(): Promise<void> {
@@ -109,9 +156,48 @@ class KubernetesRuntime implements Runtime {
     this.started = true;
     await this.refreshRuntimeClass();
     await this.collectGarbage();
+    if (this.options.jobTypes) {
+      const jobTypes = this.options.jobTypes;
+      this.pool = new WarmPool({
+        api: this.api,
+        controller: this.controller,
+        config: this.config,
+        clock: this.clock,
+        log: this.log,
+        jobTypes,
+        runtimeClassName: () => this.runtimeClassFor(),
+        runnerSource: () => this.runner(),
+        ...(this.options.tuning?.poolIntervalMs !== undefined ? { intervalMs: this.options.tuning.poolIntervalMs } : {}),
+      });
+      this.pool.start();
+    }
+    if (this.config.kubernetes.preflight) await this.startPreflight();
+  }
+
+  /** The canary runs beside the service; its verdict shows in health() (see preflight.ts). */
+  private async startPreflight(): Promise<void> {
+    const t = this.options.tuning ?? {};
+    // The class the runs would get; strict mode without it refuses runs already (health says so).
+    const runtimeClassName = await this.runtimeClassFor().catch(() => null);
+    if (runtimeClassName === false) return;
+    this.preflight = new Preflight({
+      createJob: (job) => this.api.createJob(job),
+      deleteJob: (ns, name) => this.api.deleteJob(ns, name),
+      findPod: (jobName) => this.controller.pods.list().find((p) => p.metadata?.labels?.['job-name'] === jobName),
+      clock: this.clock,
+      log: this.log,
+      config: this.config,
+      runtimeClassName,
+      ...(t.preflightTimeoutMs !== undefined ? { timeoutMs: t.preflightTimeoutMs } : {}),
+    });
+    void this.preflight.run().then(() => {
+      this.healthCache = null;
+    });
   }
 
   async stop(): Promise<void> {
+    this.preflight?.stop();
+    this.pool?.stop();
     this.controller.stop();
     this.started = false;
   }
@@ -130,6 +216,7 @@ class KubernetesRuntime implements Runtime {
       error = err instanceof Error ? err.message : String(err);
     }
     const gvisor = (available ? await this.refreshRuntimeClass(true) : this.runtimeClass.exists) === true;
+    const pf = this.preflight?.result;
     const value: RuntimeHealth = {
       available,
       gvisorAvailable: gvisor,
@@ -141,8 +228,10 @@ class KubernetesRuntime implements Runtime {
         runtime_class: this.config.kubernetes.runtime_class,
         informers_synced: this.controller.pods.synced && this.controller.jobs.synced,
         runs_in_flight: this.controller.inFlight,
+        ...(this.preflight ? { preflight: this.preflight.result } : {}),
         ...(error ? { error } : {}),
       },
+      ...(pf && (pf.status === 'failed' || pf.status === 'inconclusive') ? { problems: [`preflight ${pf.status}: ${pf.reason}`] } : {}),
     };
     this.healthCache = { value, at: now };
     return value;
@@ -159,14 +248,16 @@ class KubernetesRuntime implements Runtime {
 
     // Adopting creates nothing but a missing Secret, whose contents do not depend on the RuntimeClass.
     const runtimeClassName = options.adopt ? await this.runtimeClassFor().catch(() => null) : await this.runtimeClassFor();
+    const egressKey = this.egressKey(spec);
     const { secret, job } = buildJob(spec, spec.jobType, this.config, {
       runtimeClassName: runtimeClassName === false ? null : runtimeClassName,
       runnerSource: this.runner(),
+      egressProxy: egressKey === null ? null : { key: egressKey, nowMs: this.clock.now() },
     });
 
     let adopted: V1Job | null = null;
     if (options.adopt) {
-      adopted = await this.api.getJob(this.ns, jobName);
+      adopted = (await this.api.getJob(this.ns, jobName)) ?? this.claimedPoolJob(key);
       if (!adopted) throw new RunGoneError(`no Job ${jobName} for execution ${spec.executionId}`);
       startedAt = toMs(adopted.metadata?.creationTimestamp) ?? startedAt;
       jobSeen = true;
@@ -175,14 +266,21 @@ class KubernetesRuntime implements Runtime {
       if (runtimeClassName === false) {
         return infraFailure(startedAt, 'config_error', `security_mode strict requires RuntimeClass ${this.config.kubernetes.runtime_class}, which does not exist in the cluster`);
       }
+      const warm = await this.runWarm(spec, options, key, startedAt);
+      if (warm) return warm;
+      startedAt = this.clock.now();
+      if (this.config.kubernetes.cold_start === 'attach' && poolable(spec.jobType, spec.requirements)) {
+        return this.runColdAttach(spec, options, key, startedAt, runtimeClassName);
+      }
     }
 
+    const trackedJobName = adopted?.metadata?.name ?? jobName;
     // Tracked before anything is created: the controller then hears of every event of the run's
     // objects, even a pod that comes and goes before the creates return.
     const tracked = this.controller.track(key, {
       state: newRunState({
         executionId: spec.executionId,
-        jobName,
+        jobName: trackedJobName,
         startedAt,
         startupTimeoutMs: spec.startupTimeoutSec * 1000,
         podGoneGraceMs: t.podGoneGraceMs ?? 3000,
@@ -190,6 +288,7 @@ class KubernetesRuntime implements Runtime {
       }),
       limits: defaultOutputLimits(spec.maxArtifactBytes, spec.maxStdoutBytes),
       ...(options.onPhase ? { onPhase: options.onPhase } : {}),
+      ...(options.onOutput ? { onOutput: options.onOutput } : {}),
       ...(adopted?.metadata?.uid ? { jobUid: adopted.metadata.uid } : {}),
     });
     // Awaited below; until then a rejection (runtime stopped) must not count as unhandled.
@@ -198,7 +297,8 @@ class KubernetesRuntime implements Runtime {
       if (adopted) {
         const finished = adopted.status?.conditions?.some((c) => (c.type === 'Complete' || c.type === 'Failed') && c.status === 'True');
         // The process that created the Job may have died before its Secret existed.
-        if (!finished) await this.ensureSecret(secret, adopted);
+        // A claimed pool pod has no Secret: its program came through attach.
+        if (!finished && !adopted.metadata?.labels?.[POOL_LABELS.pool]) await this.ensureSecret(secret, adopted);
       } else {
         const owner = await this.ensureJob(job, jobName);
         // From now on the controller takes only this Job and its pods as the run's: a Job of the
@@ -218,13 +318,115 @@ class KubernetesRuntime implements Runtime {
     }
 
     // Cancellation is heard only now: a cancel during the creates would delete a Job not yet made.
-    const onAbort = () => this.controller.cancel(key);
-    options.signal?.addEventListener('abort', onAbort, { once: true });
+    return this.awaitTracked(key, tracked, options.signal);
+  }
+
+  /** A pool Job claimed for this execution (adoption after a restart: its name is not the run's). */
+  private claimedPoolJob(key: string): V1Job | null {
+    return this.controller.jobs.list().find((j) => j.metadata?.labels?.[LABELS.executionId] === key && j.metadata?.labels?.[POOL_LABELS.pool]) ?? null;
+  }
+
+  /**
+   * The warm path: claims a pool pod (pool.ts), attaches to its `main`, sends the go line with the
+   * program and its input, and drives the run like any other; the runner's `done N` on the attached
+   * stdout ends it without waiting for the kubelet. Null on a miss, or when the program could not be
+   * handed over (the claimed Job is then deleted and the run starts cold).
+   */
+  private async runWarm(spec: RunSpec, options: RunOptions, key: string, startedAt: number): Promise<RawRun | null> {
+    if (!this.pool) return null;
+    const claim = await this.pool.claim(spec);
+    if (!claim) return null;
+    const jobName = claim.job.metadata?.name ?? '';
+    const podName = claim.pod.metadata?.name ?? '';
+    const t = this.options.tuning ?? {};
+    const tracked = this.controller.track(key, {
+      state: newRunState({
+        executionId: spec.executionId,
+        jobName,
+        startedAt,
+        startupTimeoutMs: spec.startupTimeoutSec * 1000,
+        podGoneGraceMs: t.podGoneGraceMs ?? 3000,
+        jobSeen: true,
+        warm: { deliveredAt: null, done: null },
+      }),
+      limits: defaultOutputLimits(spec.maxArtifactBytes, spec.maxStdoutBytes),
+      ...(options.onPhase ? { onPhase: options.onPhase } : {}),
+      ...(claim.job.metadata?.uid ? { jobUid: claim.job.metadata.uid } : {}),
+      ...(claim.pod.metadata?.uid ? { podUid: claim.pod.metadata.uid } : {}),
+    });
+    tracked.catch(() => undefined);
     try {
-      if (options.signal?.aborted) this.controller.cancel(key);
-      return await tracked;
-    } finally {
-      options.signal?.removeEventListener('abort', onAbort);
+      await Promise.all([this.deliverByAttach(key, podName, spec), claim.labelled]);
+      this.controller.delivered(key, this.clock.now());
+    } catch (err) {
+      this.log.warn({ execution_id: spec.executionId, job: jobName, err: String(err) }, 'could not hand the program to a warm pod; starting cold');
+      this.controller.untrack(key);
+      await this.api.deleteJob(this.ns, jobName).catch(() => undefined);
+      return null;
+    }
+    return this.awaitTracked(key, tracked, options.signal);
+  }
+
+  /**
+   * A cold run made like a warm one (`kubernetes.cold_start: attach`): its Job is a pool Job named
+   * after the execution (pool-plan.ts `coldAttachJob`); once `main` runs, the program goes through
+   * attach and the runner's `done` line ends the run. No Secret. Startup is until the hand-over.
+   */
+  private async runColdAttach(spec: RunSpec, options: RunOptions, key: string, startedAt: number, runtimeClassName: string | null): Promise<RawRun> {
+    const jobName = jobNameFor(spec.executionId);
+    const t = this.options.tuning ?? {};
+    const job = coldAttachJob(spec, this.config, { name: jobName, runtimeClassName, runnerSource: this.runner(), graceSec: this.config.kubernetes.deadline_grace_seconds });
+    const tracked = this.controller.track(key, {
+      state: newRunState({
+        executionId: spec.executionId,
+        jobName,
+        startedAt,
+        startupTimeoutMs: spec.startupTimeoutSec * 1000,
+        podGoneGraceMs: t.podGoneGraceMs ?? 3000,
+        warm: { deliveredAt: null, done: null },
+      }),
+      limits: defaultOutputLimits(spec.maxArtifactBytes, spec.maxStdoutBytes),
+      ...(options.onPhase ? { onPhase: options.onPhase } : {}),
+    });
+    let settled = false;
+    tracked.then(
+      () => (settled = true),
+      () => (settled = true),
+    );
+    let owner: V1Job;
+    try {
+      owner = await this.ensureJob(job, jobName);
+      this.controller.ownJob(key, owner.metadata?.uid ?? '');
+    } catch (err) {
+      this.controller.untrack(key);
+      throw err;
+    }
+    // The abort listener is in place (awaitTracked's synchronous start) before delivery begins.
+    const waiting = this.awaitTracked(key, tracked, options.signal);
+    // Hand the program over as soon as `main` runs; the controller meanwhile watches for startup
+    // failures (image errors, the startup timeout) and ends the run on its own.
+    void this.deliverWhenRunning(spec, key, owner.metadata?.uid ?? '', () => settled);
+    return await waiting;
+  }
+
+  private async deliverWhenRunning(spec: RunSpec, key: string, jobUid: string, settled: () => boolean): Promise<void> {
+    let pod: V1Pod | undefined;
+    while (!settled()) {
+      pod = this.controller.pods.list().find((p) => p.metadata?.labels?.[LABELS.executionId] === key && p.metadata?.ownerReferences?.some((r) => r.uid === jobUid));
+      const main = pod?.status?.containerStatuses?.find((c) => c.name === CONTAINERS.main);
+      if (main?.state?.running && !pod?.metadata?.deletionTimestamp) break;
+      if (main?.state?.terminated) return;
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    if (settled() || !pod?.metadata?.name) return;
+    try {
+      await this.deliverByAttach(key, pod.metadata.name, spec);
+      this.controller.delivered(key, this.clock.now());
+    } catch (err) {
+      // The program never reached the pod: the attempt fails (the service retries it) and its Job goes.
+      this.log.warn({ execution_id: spec.executionId, err: String(err) }, 'could not hand the program to the run pod');
+      this.controller.untrack(key);
+      await this.api.deleteJob(this.ns, jobNameFor(spec.executionId)).catch(() => undefined);
     }
   }
 
@@ -262,6 +464,20 @@ class KubernetesRuntime implements Runtime {
     return this.runnerSource;
   }
 
+  /** The egress proxy's signing key when this run goes through it (read once from `key_file`), else null. */
+  private egressKey(spec: RunSpec): string | null {
+    const proxy = this.config.kubernetes.egress_proxy;
+    if (!proxy || spec.jobType.network.mode !== 'bridge' || spec.jobType.network.allowedHosts.length === 0) return null;
+    if (this.egressKeyText === null) {
+      try {
+        this.egressKeyText = readFileSync(proxy.key_file, 'utf8').trim();
+      } catch (err) {
+        throw new Error(`kubernetes.egress_proxy.key_file: cannot read ${proxy.key_file}: ${(err as Error).message}`);
+      }
+    }
+    return this.egressKeyText;
+  }
+
   /**
    * The RuntimeClass to put on a run: always the configured one in `strict` (false when it is known
    * not to exist), in `permissive` only when it exists.
@@ -288,6 +504,39 @@ class KubernetesRuntime implements Runtime {
       this.log.warn({ err: String(err) }, 'cannot read RuntimeClass');
       return this.runtimeClass.exists;
     }
+  }
+
+  /** Waits for a tracked run; an abort from here on cancels it (the controller deletes its Job). */
+  private async awaitTracked(key: string, tracked: Promise<RawRun>, signal: AbortSignal | undefined): Promise<RawRun> {
+    const onAbort = () => this.controller.cancel(key);
+    signal?.addEventListener('abort', onAbort, { once: true });
+    try {
+      if (signal?.aborted) this.controller.cancel(key);
+      return await tracked;
+    } finally {
+      signal?.removeEventListener('abort', onAbort);
+    }
+  }
+
+  /**
+   * Attaches to `main`'s stdin and stdout, sends the runner its go line with the program and input,
+   * and turns the runner's `done N` line into the run's end (no wait for the kubelet's status).
+   */
+  private async deliverByAttach(key: string, podName: string, spec: RunSpec): Promise<void> {
+    let line = '';
+    const session = await this.api.attach(this.ns, podName, CONTAINERS.main, (chunk) => {
+      line += chunk.toString('utf8');
+      let nl: number;
+      while ((nl = line.indexOf('\n')) >= 0) {
+        const m = /^done (-?\d+)$/.exec(line.slice(0, nl).trim());
+        line = line.slice(nl + 1);
+        if (m) this.controller.done(key, Number(m[1]), this.clock.now());
+      }
+      if (line.length > 4096) line = '';
+    });
+    this.controller.setAttach(key, session);
+    const go = { timeout: spec.timeoutSec, max_stream_bytes: spec.maxStdoutBytes, code: spec.code, input: spec.inputJson };
+    await session.send(JSON.stringify(go) + '\n');
   }
 
   /** Deletes Jobs of this instance whose execution is terminal or unknown (SPEC §1.12). */

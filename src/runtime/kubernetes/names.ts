@@ -12,6 +12,8 @@ export const LABELS = {
   instance: 'sandpod.io/instance',
   /** `none` | `bridge`: the chart's NetworkPolicies select run pods by it. */
   network: 'sandpod.io/network',
+  /** `proxy` on bridge pods whose egress goes through the cluster's egress proxy only (absent otherwise). */
+  egress: 'sandpod.io/egress',
 } as const;
 
 /** Value of {@link LABELS.managedBy}. */

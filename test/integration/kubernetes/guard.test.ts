@@ -5,11 +5,11 @@
  * cannot reset its failure count while run calls fail.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { Runtime } from '../../../src/runtime/runtime.ts';
 import { jobNameFor } from '../../../src/runtime/kubernetes/names.ts';
 import { FakeKube } from '../../support/fake-kube/server.ts';
 import { useFakeKubeconfig } from '../../support/kube-runtime.ts';
 import { startTestService, type TestService } from '../../support/service.ts';
+import { withRun } from '../../support/runtime-wrap.ts';
 
 type J = Record<string, any>;
 let fake: FakeKube;
@@ -23,7 +23,7 @@ const failuresAtRetry: number[] = [];
 const K8S = {
   runtime: 'kubernetes',
   retry: { attempts: 2, base_delay_ms: 1 },
-  kubernetes: { executor_image: 'sandpod/executor:test', deadline_grace_seconds: 5, watch_job_types: true },
+  kubernetes: { executor_image: 'sandpod/executor:test', deadline_grace_seconds: 5, watch_job_types: true, preflight: false },
 };
 
 beforeAll(async () => {
@@ -36,17 +36,10 @@ beforeAll(async () => {
     },
     runtime: async (real) => {
       const rt = await real();
-      const counted: Runtime = {
-        name: rt.name,
-        start: () => rt.start(),
-        stop: () => rt.stop(),
-        health: () => rt.health(),
-        run: (spec, opts) => {
-          runCalls++;
-          return rt.run(spec, opts);
-        },
-      };
-      return counted;
+      return withRun(rt, (spec, opts) => {
+        runCalls++;
+        return rt.run(spec, opts);
+      });
     },
   });
 });

@@ -61,7 +61,12 @@ describe('JobType registry over custom resources', () => {
   it('reads every field of the CRD (kept in sync with crds/jobtypes.sandpod.io.yaml)', () => {
     const crd = YAML.parse(readFileSync(new URL('../../../crds/jobtypes.sandpod.io.yaml', import.meta.url), 'utf8')) as any;
     const specProps = Object.keys(crd.spec.versions[0].schema.openAPIV3Schema.properties.spec.properties).sort();
-    expect(specProps).toEqual(['cpuLimit', 'env', 'image', 'maxFileSize', 'maxProcesses', 'memoryLimit', 'network', 'pythonVersion', 'requirements', 'timeout', 'version']);
+    expect(specProps).toEqual(['cpuLimit', 'cpuRequest', 'env', 'image', 'maxFileSize', 'maxProcesses', 'memoryLimit', 'memoryRequest', 'network', 'pythonVersion', 'requirements', 'timeout', 'version', 'warmPool']);
+    // warmPool.size is the cluster pool's (not a run's, not in the digest).
+    const pooled = jobTypeFromResource({ metadata: { name: 'p' }, spec: { warmPool: { size: 3 } } });
+    expect(pooled).toMatchObject({ warmPoolSize: 3 });
+    expect(jobTypeFromResource({ metadata: { name: 'p' }, spec: { warmPool: { size: -1 } } })).toMatchObject({ error: expect.stringContaining('warmPool.size') });
+    expect((pooled as { digest: string }).digest).toBe((jobTypeFromResource({ metadata: { name: 'p' }, spec: {} }) as { digest: string }).digest);
     const jt = jobTypeFromResource({
       metadata: { name: 'full' },
       spec: {
@@ -69,6 +74,8 @@ describe('JobType registry over custom resources', () => {
         requirements: ['requests'],
         memoryLimit: '2g',
         cpuLimit: 0.5,
+        cpuRequest: 0.1,
+        memoryRequest: '1g',
         timeout: 10,
         maxProcesses: 32,
         maxFileSize: '10m',
@@ -84,6 +91,8 @@ describe('JobType registry over custom resources', () => {
       requirements: ['requests'],
       memoryLimit: '2g',
       cpuLimit: 0.5,
+      cpuRequest: 0.1,
+      memoryRequest: '1g',
       timeout: 10,
       maxProcesses: 32,
       maxFileSize: '10m',

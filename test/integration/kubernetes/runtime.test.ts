@@ -6,7 +6,7 @@ import { CircuitBreaker } from '../../../src/resilience/breaker.ts';
 import { withRetry } from '../../../src/resilience/retry.ts';
 import { classify } from '../../../src/executions/classify.ts';
 import { RunGoneError, type Runtime } from '../../../src/runtime/runtime.ts';
-import { FakeKube, jobNameFor, podOf, spec, startRuntime, testConfig } from '../../support/kube-runtime.ts';
+import { FAST_TUNING, FakeKube, jobNameFor, podOf, spec, startRuntime, testConfig } from '../../support/kube-runtime.ts';
 
 let fake: FakeKube;
 let rt: Runtime;
@@ -99,15 +99,22 @@ describe('kubernetes runtime: failures and timeouts', () => {
   });
 
   it('execution timeout from the Job deadline backstop (pods deleted first, then DeadlineExceeded)', async () => {
-    const s = spec();
-    let phase = 'startup';
-    const running = rt.run(s, { onPhase: (p) => (phase = p) });
-    const pod = await podOf(fake, s);
-    fake.mainRunning(pod);
-    await fake.waitFor(() => phase === 'execution', 2000, 'execution phase');
-    await fake.expireJobDeadline(jobNameFor(s.executionId));
-    const raw = await running;
-    expect(raw.observation).toMatchObject({ timedOut: 'execution', infraError: null });
+    // The pod-gone grace is what waits for the Job's status to explain the loss: the production
+    // default's order of magnitude here (the shared runtime's 150 ms races event delivery on a busy machine).
+    const patient = await startRuntime(fake, { options: { tuning: { ...FAST_TUNING, podGoneGraceMs: 3000 } } });
+    try {
+      const s = spec();
+      let phase = 'startup';
+      const running = patient.run(s, { onPhase: (p) => (phase = p) });
+      const pod = await podOf(fake, s);
+      fake.mainRunning(pod);
+      await fake.waitFor(() => phase === 'execution', 2000, 'execution phase');
+      await fake.expireJobDeadline(jobNameFor(s.executionId));
+      const raw = await running;
+      expect(raw.observation).toMatchObject({ timedOut: 'execution', infraError: null });
+    } finally {
+      await patient.stop();
+    }
   });
 
   it('OOMKilled main → oomKilled, outputs still collected', async () => {

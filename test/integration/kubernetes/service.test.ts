@@ -18,7 +18,7 @@ let restoreKubeconfig: (() => void) | undefined;
 
 const K8S = {
   runtime: 'kubernetes',
-  kubernetes: { executor_image: 'sandpod/executor:test', deadline_grace_seconds: 5, watch_job_types: true },
+  kubernetes: { executor_image: 'sandpod/executor:test', deadline_grace_seconds: 5, watch_job_types: true, preflight: false },
 };
 
 beforeAll(async () => {

@@ -17,18 +17,37 @@
  *   end of the grace period, 137), and the object disappears once they all stopped;
  * - a Job creates its pod the way the Job controller does (`<job>-<5 chars>`, `job-name` and
  *   `controller-uid` labels, a controller ownerReference) and follows the pod to Complete/Failed;
+ *   the pod's `status.qosClass` is computed from its containers' requests and limits (`qos.ts`);
  * - pod status driven by the test (init running, main running/terminated with exit code and reason,
  *   OOMKilled, image pull errors, unschedulable, eviction, deletion, the Job deadline);
  * - RuntimeClasses and JobType custom resources;
+ * - container logs (`GET .../log`): 400 while the container waits to start, `limitBytes`, and
+ *   `follow=true` streaming what the container writes (`appendLog`) until the container ends;
  * - exec over WebSocket with the `v5.channel.k8s.io` / `v4.channel.k8s.io` subprotocols: channel
  *   byte first (1 stdout, 2 stderr, 3 Status JSON; v5 also 255 = close channel), opening with the
  *   empty frame a real server sends on each channel it writes; the collector's `tar` is the real
  *   `tar` command run over a temporary directory holding the pod's `/output` (or a canned archive
- *   for hostile cases), streamed as it runs; and the release command that lets the collector exit.
+ *   for hostile cases), streamed as it runs; and the release command that lets the collector exit;
+ * - attach over WebSocket (same subprotocols): the client's channel-0 frames go to the container's
+ *   stdin, its stdout comes back on channel 1 from the moment of the attach; refused (400) when the
+ *   container is not running or its spec has no `stdin`; with `stdinOnce` the container's stdin is
+ *   closed when the first attach ends. With `runWarmPods`, a pod whose `main` declares `stdin` runs
+ *   the real runner from its command (paths /code, /input, /output, /tmp mapped to directories of the
+ *   fake) as soon as the pod starts, so `ready`, the go line, the run and `done N` are the runner's own;
+ *   `main` terminates with the runner's exit status;
+ * - update (PUT) with optimistic concurrency: a `resourceVersion` other than the stored one is 409
+ *   Conflict, as the API server answers; JSON patch (RFC 6902 add/replace/remove) of pods.
  *
  * - faults as real servers have them: injected error answers (`failNext`, optionally after the write
  *   was carried out, as when the server times out after etcd stored it), an outage (`setDown`),
- *   watch events piling up into one read (`holdEvents`/`releaseEvents`).
+ *   watch events piling up into one read (`holdEvents`/`releaseEvents`), and a hang (`hang`): an
+ *   API server that accepts requests and never answers them — calls and exec upgrades held without
+ *   a byte, watches answered with their headers and then silent, past their `timeoutSeconds`, without
+ *   closing (open watches stall too) — until `clearHang`, when held requests whose client is still
+ *   there are carried out and answered, those whose client gave up are dropped (a real server
+ *   cancels a request whose connection closed), and stalled watches deliver what they held;
+ * - watches as a real server runs them: headers flushed at once, closed cleanly at `timeoutSeconds`
+ *   (without it, at a random 30–60 min, the server's own min-request-timeout window).
  *
  * Every request is counted (`requests`), so tests and the bench can assert API calls per run.
  */
@@ -38,9 +57,11 @@ import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { Readable } from 'node:stream';
 import type { AddressInfo, Socket } from 'node:net';
 import { KubeConfig } from '@kubernetes/client-node';
 import { WebSocketServer, type WebSocket } from 'ws';
+import { qosClassOf } from './qos.ts';
 import { writeOutputDir, type RunOutputs } from './tar.ts';
 
 /** A stored object (JSON as the API would serve it). */
@@ -80,6 +101,26 @@ interface Watcher {
   selector: Selector;
   res: http.ServerResponse;
   bookmarks: boolean;
+  /** While the server hangs: events this watch would have written, and nothing is written. */
+  stalled: string[] | null;
+  /** When the server closes it (its `timeoutSeconds`), epoch ms. */
+  closeAt: number;
+  timer: NodeJS.Timeout | null;
+}
+
+/** A hang in force (see {@link FakeKube.hang}). */
+export interface HangOptions {
+  /** Paths that hang (default: all). */
+  path?: RegExp;
+  /** Only this verb (default: all). */
+  method?: string;
+  /** Only watches, or only everything else (calls and exec upgrades); default both. */
+  only?: 'watches' | 'requests';
+  /**
+   * A new watch gets its headers and then nothing (`silent`, default: the watch is registered and
+   * the server stops talking), or no answer at all (`unanswered`, like any other request).
+   */
+  watches?: 'silent' | 'unanswered';
 }
 
 /** A logged request. */
@@ -125,6 +166,21 @@ export interface FakeKubeOptions {
   sigtermIgnoredBy?: string[];
   /** Bind each new pod to the node at once, as an idle scheduler does (default false: tests schedule). */
   schedulePods?: boolean;
+  /**
+   * Pods whose `main` declares `stdin` (warm pool pods) start by themselves a few ms after creation
+   * and run the real runner of their command (see the module comment).
+   */
+  runWarmPods?: boolean;
+}
+
+/** One attach the fake received. */
+export interface AttachCall {
+  namespace: string;
+  pod: string;
+  container: string;
+  protocol: string;
+  /** Everything the client wrote to stdin. */
+  stdin: Buffer[];
 }
 
 type Selector = { key: string; op: '=' | '!=' | 'exists' | '!exists'; value?: string }[];
@@ -176,6 +232,9 @@ const KIND_META: Record<Kind, { apiVersion: string; kind: string }> = {
 export class FakeKube {
   readonly requests: LoggedRequest[] = [];
   readonly execs: ExecCall[] = [];
+  readonly attaches: AttachCall[] = [];
+  /** Warm pods' runner processes by pod name (runWarmPods). */
+  private readonly procs = new Map<string, { child: import('node:child_process').ChildProcess; sinks: Set<(b: Buffer) => void>; attached: boolean }>();
   /** Epoch ms at which the test marked a pod's main container terminated, by pod name. */
   readonly mainTerminatedAt = new Map<string, number>();
   url = '';
@@ -187,11 +246,17 @@ export class FakeKube {
   private readonly sockets = new Set<Socket>();
   /** Canned archives (hostile cases) by pod name; otherwise `tar` runs over `outputDir(pod)`. */
   private readonly outputs = new Map<string, Buffer>();
+  /** Container logs by `ns/pod/container`, and the follows (`?follow=true`) reading them. */
+  private readonly logs = new Map<string, Buffer>();
+  private readonly logFollowers = new Map<string, Set<{ res: http.ServerResponse; left: number }>>();
   private readonly root = mkdtempSync(path.join(tmpdir(), 'fake-kube-'));
   private readonly timers = new Set<NodeJS.Timeout>();
   private execHandler: ExecHandler | null = null;
   private readonly failures: { method?: string; path: RegExp; status: number; times: number; afterCommit: boolean }[] = [];
   private down = false;
+  private readonly hangs: HangOptions[] = [];
+  /** Requests held by a hang: carried out on `clearHang` if their client is still there. */
+  private readonly heldRequests: { run: () => void; gone: () => boolean }[] = [];
   /** While set, watch events are kept per watch and written later in one chunk (`holdEvents`). */
   private held: Map<Watcher, string[]> | null = null;
   private readonly wss: WebSocketServer;
@@ -224,9 +289,15 @@ export class FakeKube {
 
   /** Stops the server and drops every connection. */
   async close(): Promise<void> {
-    for (const w of this.watchers) w.res.destroy();
+    this.hangs.length = 0;
+    this.heldRequests.length = 0;
+    for (const w of this.watchers) {
+      if (w.timer) clearTimeout(w.timer);
+      w.res.destroy();
+    }
     this.watchers.clear();
     for (const c of this.wss.clients) c.terminate();
+    for (const p of this.procs.values()) p.child.kill('SIGKILL');
     for (const s of this.sockets) s.destroy();
     for (const t of this.timers) clearTimeout(t);
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
@@ -277,6 +348,7 @@ export class FakeKube {
     const obj = map.get(k);
     if (!obj) return undefined;
     map.delete(k);
+    if (kind === 'pods') this.endFollows(ns, name);
     this.rv++;
     const gone = { ...obj, metadata: { ...obj.metadata, resourceVersion: String(this.rv) } };
     this.emit(kind, 'DELETED', gone);
@@ -298,7 +370,8 @@ export class FakeKube {
     if (w.ns !== null && ev.obj.metadata.namespace !== w.ns) return;
     if (!matches(w.selector, ev.obj)) return;
     const line = JSON.stringify({ type: ev.type, object: ev.obj }) + '\n';
-    if (this.held) this.held.set(w, [...(this.held.get(w) ?? []), line]);
+    if (w.stalled) w.stalled.push(line);
+    else if (this.held) this.held.set(w, [...(this.held.get(w) ?? []), line]);
     else w.res.write(line);
   }
 
@@ -323,7 +396,10 @@ export class FakeKube {
 
   /** Closes every open watch from the server side (like an API server restart or timeout). */
   closeWatches(): void {
-    for (const w of this.watchers) w.res.end();
+    for (const w of this.watchers) {
+      if (w.timer) clearTimeout(w.timer);
+      w.res.end();
+    }
     this.watchers.clear();
   }
 
@@ -345,6 +421,53 @@ export class FakeKube {
   /** Number of open watches. */
   get openWatches(): number {
     return this.watchers.size;
+  }
+
+  /**
+   * The server hangs for matching requests until {@link clearHang}: see the module comment. Open
+   * watches that match stall at once. Hangs add up; `clearHang` ends them all.
+   */
+  hang(opts: HangOptions = {}): void {
+    this.hangs.push(opts);
+    if (opts.only === 'requests') return;
+    for (const w of this.watchers) if (!w.stalled && this.hangs.some((h) => hangMatches(h, watchPath(w), 'GET', true))) w.stalled = [];
+  }
+
+  /** Ends every hang: held requests are served (if their client waits), stalled watches resume. */
+  clearHang(): void {
+    this.hangs.length = 0;
+    for (const h of this.heldRequests.splice(0)) if (!h.gone()) h.run();
+    for (const w of this.watchers) {
+      if (!w.stalled) continue;
+      const lines = w.stalled;
+      w.stalled = null;
+      if (lines.length > 0) w.res.write(lines.join(''));
+      // A watch whose timeoutSeconds passed while the server hung is closed now, as it would have been.
+      this.armWatchTimeout(w);
+    }
+  }
+
+  /** Requests held by a hang right now. */
+  get hungRequests(): number {
+    return this.heldRequests.filter((h) => !h.gone()).length;
+  }
+
+  /** Open watches that are stalled (silent) right now. */
+  get stalledWatches(): number {
+    return [...this.watchers].filter((w) => w.stalled).length;
+  }
+
+  private hangFor(pathname: string, method: string, watch: boolean): HangOptions | undefined {
+    return this.hangs.find((h) => hangMatches(h, pathname, method, watch));
+  }
+
+  private armWatchTimeout(w: Watcher): void {
+    if (w.timer) clearTimeout(w.timer);
+    w.timer = setTimeout(() => {
+      w.timer = null;
+      // A hung server closes nothing: the watch stays open until the hang ends.
+      if (!w.stalled) w.res.end();
+    }, Math.max(0, w.closeAt - Date.now()));
   }
 
   /** While down, every request is answered 503 (an API outage). */
@@ -453,6 +576,7 @@ export class FakeKube {
     pod.spec.nodeName ??= 'fake-node';
     if (i >= 0) list[i] = entry;
     else list.push(entry);
+    if ((state as { terminated?: unknown }).terminated) setImmediate(() => this.endFollows(pod.metadata.namespace, pod.metadata.name, container));
   }
 
   /** Schedules the pod (PodScheduled=True) and shows containers creating. */
@@ -599,6 +723,7 @@ export class FakeKube {
   private deletePodObject(pod: KObj, graceSeconds?: number): void {
     const ns = pod.metadata.namespace;
     const name = pod.metadata.name;
+    this.procs.get(name)?.child.kill('SIGKILL');
     const grace = graceSeconds ?? pod.spec?.terminationGracePeriodSeconds ?? 30;
     const finished = pod.status?.phase === 'Succeeded' || pod.status?.phase === 'Failed';
     if (grace === 0 || !pod.spec?.nodeName || finished) {
@@ -674,7 +799,7 @@ export class FakeKube {
       spec: clone(tpl.spec),
       status: {
         phase: 'Pending',
-        qosClass: 'Guaranteed',
+        qosClass: qosClassOf(tpl.spec),
         ...(tpl.spec.initContainers?.length
           ? { initContainerStatuses: tpl.spec.initContainers.map((c: { name: string; image: string }) => ({ name: c.name, image: c.image, imageID: '', ready: false, restartCount: 0, state: { waiting: { reason: 'PodInitializing' } } })) }
           : {}),
@@ -694,6 +819,9 @@ export class FakeKube {
       Object.assign(pod.status, { conditions: [{ type: 'PodScheduled', status: 'True', lastTransitionTime: kubeTime() }] });
     }
     this.put('pods', pod);
+    if (this.opts.runWarmPods && tpl.spec.containers.some((c: { name: string; stdin?: boolean }) => c.name === 'main' && c.stdin)) {
+      this.later(5, () => this.startWarmPod(pod.metadata.name));
+    }
     job.status = { ...(job.status ?? {}), startTime: kubeTime(), active: 1 };
     this.put('jobs', job);
   }
@@ -707,10 +835,14 @@ export class FakeKube {
 
   // ---------------------------------------------------------------- HTTP
 
-  private async body(req: http.IncomingMessage): Promise<any> {
+  private async rawBody(req: http.IncomingMessage): Promise<Buffer> {
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
-    const text = Buffer.concat(chunks).toString('utf8');
+    return Buffer.concat(chunks);
+  }
+
+  private async body(req: http.IncomingMessage): Promise<any> {
+    const text = (await this.rawBody(req)).toString('utf8');
     return text ? JSON.parse(text) : undefined;
   }
 
@@ -727,6 +859,16 @@ export class FakeKube {
     this.requests.push({ method, path: url.pathname, watch, at: Date.now() });
     try {
       if (this.down) return this.json(res, 503, status(503, 'ServiceUnavailable', 'the fake API server is down'));
+      const hang = this.hangFor(url.pathname, method, watch);
+      if (hang && (!watch || hang.watches === 'unanswered')) {
+        // Accepted, never answered: the body is read (the server took it), nothing is carried out.
+        const body = await this.rawBody(req);
+        this.heldRequests.push({
+          gone: () => res.destroyed || req.socket.destroyed,
+          run: () => void this.serve(Object.assign(Readable.from(body.length ? [body] : []), { headers: req.headers }) as unknown as http.IncomingMessage, res, url, method, watch).catch((err) => this.json(res, 500, status(500, 'InternalError', String(err)))),
+        });
+        return;
+      }
       const fail = this.failures.find((f) => f.times > 0 && f.path.test(url.pathname) && (!f.method || f.method === method));
       if (fail) {
         fail.times--;
@@ -744,7 +886,7 @@ export class FakeKube {
     const r = route(url.pathname);
     if (!r) return this.json(res, 404, status(404, 'NotFound', `the server could not find the requested resource (${url.pathname})`));
     const { kind, ns, name, sub } = r;
-    if (sub === 'log' && method === 'GET') return this.podLog(res, ns!, name!, url.searchParams.get('container') ?? '');
+    if (sub === 'log' && method === 'GET') return this.podLog(req, res, ns!, name!, url);
     if (ns && kind !== 'namespaces' && !this.store.get('namespaces')!.has(this.key(undefined, ns)) && method === 'POST') {
       return this.json(res, 404, status(404, 'NotFound', `namespaces "${ns}" not found`));
     }
@@ -758,6 +900,9 @@ export class FakeKube {
         return obj ? this.json(res, 200, obj) : this.json(res, 404, notFound(kind, name));
       }
       if (method === 'DELETE') return this.deleteHandler(res, kind, ns, name, url, await this.body(req).catch(() => undefined));
+      if (method === 'PATCH' && sub === 'status') return this.patchStatus(req, res, kind, ns, name);
+      if (method === 'PUT') return this.replace(res, kind, ns, name, await this.body(req));
+      if (method === 'PATCH') return this.patch(res, kind, ns, name, req.headers['content-type'] ?? '', await this.body(req));
     }
     return this.json(res, 405, status(405, 'MethodNotAllowed', `${method} not allowed`));
   }
@@ -787,24 +932,29 @@ export class FakeKube {
     }
     res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
     res.flushHeaders();
+    // Without timeoutSeconds a real API server picks a random time in [min-request-timeout, 2×) (30 min).
+    const timeout = Number(url.searchParams.get('timeoutSeconds') ?? 0) || 1800 * (1 + Math.random());
     const w: Watcher = {
       kind,
       ns: ns ?? null,
       selector: parseSelector(url.searchParams.get('labelSelector')),
       res,
       bookmarks: url.searchParams.get('allowWatchBookmarks') === 'true',
+      stalled: this.hangFor(url.pathname, 'GET', true) ? [] : null,
+      closeAt: Date.now() + timeout * 1000,
+      timer: null,
     };
     for (const ev of this.history) if (ev.rv > fromRv) this.send(w, ev);
     this.watchers.add(w);
-    const timeout = Number(url.searchParams.get('timeoutSeconds') ?? 0);
-    const timer = timeout > 0 ? setTimeout(() => res.end(), timeout * 1000) : null;
+    this.armWatchTimeout(w);
     const bookmark = w.bookmarks
       ? setInterval(() => {
+          if (w.stalled) return;
           res.write(JSON.stringify({ type: 'BOOKMARK', object: { kind: KIND_META[kind].kind, apiVersion: KIND_META[kind].apiVersion, metadata: { resourceVersion: String(this.rv) } } }) + '\n');
         }, 1000)
       : null;
     const cleanup = () => {
-      if (timer) clearTimeout(timer);
+      if (w.timer) clearTimeout(w.timer);
       if (bookmark) clearInterval(bookmark);
       this.watchers.delete(w);
     };
@@ -821,9 +971,49 @@ export class FakeKube {
     if (kind === 'jobs' && this.opts.jobCreatesPod !== false) setImmediate(() => this.get('jobs', ns, name) && this.createPodForJob(this.get('jobs', ns, name)!));
   }
 
+  /** PUT: optimistic concurrency on `metadata.resourceVersion`; status and identity are the server's. */
+  private replace(res: http.ServerResponse, kind: Kind, ns: string | undefined, name: string, body: any): void {
+    const current = this.get(kind, ns, name);
+    if (!current) return this.json(res, 404, notFound(kind, name));
+    const rv = body?.metadata?.resourceVersion;
+    if (rv !== undefined && rv !== current.metadata.resourceVersion) {
+      return this.json(res, 409, status(409, 'Conflict', `Operation cannot be fulfilled on ${kind} "${name}": the object has been modified; please apply your changes to the latest version and try again`, { name, kind }));
+    }
+    if (kind === 'jobs' && JSON.stringify(body?.spec?.template) !== JSON.stringify(current.spec?.template)) {
+      return this.json(res, 422, status(422, 'Invalid', `Job.batch "${name}" is invalid: spec.template: Invalid value: field is immutable`));
+    }
+    const stored = this.put(kind, { ...body, metadata: { ...body.metadata, name, namespace: ns, uid: current.metadata.uid, creationTimestamp: current.metadata.creationTimestamp }, status: current.status });
+    this.json(res, 200, stored);
+  }
+
+  /** PATCH with a JSON patch (the client's default); add/replace/remove on object paths. */
+  private patch(res: http.ServerResponse, kind: Kind, ns: string | undefined, name: string, contentType: string, ops: any): void {
+    const current = this.get(kind, ns, name);
+    if (!current) return this.json(res, 404, notFound(kind, name));
+    if (!contentType.includes('json-patch') || !Array.isArray(ops)) return this.json(res, 415, status(415, 'UnsupportedMediaType', `the fake takes JSON patches only (${contentType})`));
+    for (const op of ops as { op: string; path: string; value?: unknown }[]) {
+      const parts = op.path.split('/').slice(1).map((p) => p.replace(/~1/g, '/').replace(/~0/g, '~'));
+      const last = parts.pop()!;
+      let target: any = current;
+      for (const p of parts) {
+        target = target?.[p];
+        if (target === undefined || target === null) return this.json(res, 422, status(422, 'Invalid', `patch path ${op.path} does not exist`));
+      }
+      if (op.op === 'add' || op.op === 'replace') target[last] = op.value;
+      else if (op.op === 'remove') delete target[last];
+      else return this.json(res, 422, status(422, 'Invalid', `unsupported patch op ${op.op}`));
+    }
+    const stored = this.put(kind, current);
+    this.json(res, 200, stored);
+  }
+
   private deleteHandler(res: http.ServerResponse, kind: Kind, ns: string | undefined, name: string, url: URL, body: any): void {
     const obj = this.get(kind, ns, name);
     if (!obj) return this.json(res, 404, notFound(kind, name));
+    const pre = body?.preconditions as { uid?: string; resourceVersion?: string } | undefined;
+    if ((pre?.resourceVersion && pre.resourceVersion !== obj.metadata.resourceVersion) || (pre?.uid && pre.uid !== obj.metadata.uid)) {
+      return this.json(res, 409, status(409, 'Conflict', `Operation cannot be fulfilled on ${kind} "${name}": Precondition failed`, { name, kind }));
+    }
     const policy: string = body?.propagationPolicy ?? url.searchParams.get('propagationPolicy') ?? (kind === 'jobs' ? 'Orphan' : 'Background');
     const graceRaw = body?.gracePeriodSeconds ?? url.searchParams.get('gracePeriodSeconds');
     const grace = graceRaw === null || graceRaw === undefined ? undefined : Number(graceRaw);
@@ -852,19 +1042,98 @@ export class FakeKube {
     this.json(res, 200, { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Success', details: { name, kind } });
   }
 
-  private podLog(res: http.ServerResponse, ns: string, name: string, container: string): void {
-    const pod = this.get('pods', ns, name);
-    if (!pod) return this.json(res, 404, notFound('pods', name));
-    const text = (pod.metadata.annotations?.[`fake.sandpod.io/log-${container}`] as string | undefined) ?? '';
-    res.writeHead(200, { 'content-type': 'text/plain' });
-    res.end(text);
+  /**
+   * PATCH of a status subresource as a JSON patch (`application/json-patch+json`, what client-node
+   * sends): only operations on `/status` are applied, as the API server keeps nothing else of it.
+   */
+  private async patchStatus(req: http.IncomingMessage, res: http.ServerResponse, kind: Kind, ns: string | undefined, name: string): Promise<void> {
+    const obj = this.get(kind, ns, name);
+    if (!obj) return this.json(res, 404, notFound(kind, name));
+    if (!String(req.headers['content-type'] ?? '').startsWith('application/json-patch+json')) {
+      return this.json(res, 415, status(415, 'UnsupportedMediaType', `the fake takes JSON patches only, got ${String(req.headers['content-type'])}`));
+    }
+    const ops = (await this.body(req)) as { op: string; path: string; value?: unknown }[];
+    for (const op of ops) {
+      if ((op.op === 'add' || op.op === 'replace') && op.path === '/status') obj.status = clone(op.value);
+      else return this.json(res, 422, status(422, 'Invalid', `the fake applies add/replace of /status only, got ${op.op} ${op.path}`));
+    }
+    this.json(res, 200, this.put(kind, obj));
   }
 
-  /** Sets what `GET .../log?container=` returns for a pod's container. */
+  /**
+   * `GET .../log` as a real API server answers it: 400 while the container is waiting to start; the
+   * log so far (at most `limitBytes`); with `follow=true`, the response stays open and carries what the
+   * container writes next, and ends when the container ends (or the pod goes, or `limitBytes` is reached).
+   */
+  private podLog(req: http.IncomingMessage, res: http.ServerResponse, ns: string, name: string, url: URL): void {
+    const container = url.searchParams.get('container') ?? '';
+    const pod = this.get('pods', ns, name);
+    if (!pod) return this.json(res, 404, notFound('pods', name));
+    const st = [...(pod.status?.initContainerStatuses ?? []), ...(pod.status?.containerStatuses ?? [])].find((c: { name: string }) => c.name === container);
+    if (st?.state?.waiting) {
+      return this.json(res, 400, status(400, 'BadRequest', `container "${container}" in pod "${name}" is waiting to start: ${st.state.waiting.reason ?? 'ContainerCreating'}`));
+    }
+    const key = `${ns}/${name}/${container}`;
+    const limitRaw = url.searchParams.get('limitBytes');
+    let left = limitRaw ? Number(limitRaw) : Infinity;
+    const text = this.logs.get(key) ?? Buffer.alloc(0);
+    const first = text.subarray(0, Math.min(text.length, left));
+    left -= first.length;
+    const follow = url.searchParams.get('follow') === 'true';
+    res.writeHead(200, { 'content-type': 'text/plain', ...(follow ? { 'transfer-encoding': 'chunked' } : {}) });
+    if (!follow || st?.state?.terminated || left <= 0) {
+      res.end(first);
+      return;
+    }
+    if (first.length > 0) res.write(first);
+    else res.flushHeaders();
+    const f = { res, left };
+    let set = this.logFollowers.get(key);
+    if (!set) this.logFollowers.set(key, (set = new Set()));
+    set.add(f);
+    const drop = () => set.delete(f);
+    res.on('close', drop);
+    req.on('close', drop);
+  }
+
+  /** Sets what `GET .../log?container=` returns for a pod's container (replaces what was there). */
   setLog(podName: string, container: string, text: string): void {
-    this.updatePod(podName, (p) => {
-      p.metadata.annotations = { ...(p.metadata.annotations ?? {}), [`fake.sandpod.io/log-${container}`]: text };
-    }, false);
+    const pod = this.findPod(podName);
+    this.logs.set(`${pod.metadata.namespace}/${podName}/${container}`, Buffer.from(text));
+  }
+
+  /** The container writes to its log: kept, and sent at once to every follow of it. */
+  appendLog(podName: string, container: string, data: string | Buffer): void {
+    const pod = this.findPod(podName);
+    const key = `${pod.metadata.namespace}/${podName}/${container}`;
+    const bytes = typeof data === 'string' ? Buffer.from(data) : data;
+    this.logs.set(key, Buffer.concat([this.logs.get(key) ?? Buffer.alloc(0), bytes]));
+    for (const f of [...(this.logFollowers.get(key) ?? [])]) {
+      const part = bytes.subarray(0, Math.min(bytes.length, f.left));
+      f.left -= part.length;
+      if (part.length > 0) f.res.write(part);
+      if (f.left <= 0) this.endFollow(key, f);
+    }
+  }
+
+  /** Open log follows (for tests). */
+  get openLogFollows(): number {
+    let n = 0;
+    for (const set of this.logFollowers.values()) n += set.size;
+    return n;
+  }
+
+  private endFollow(key: string, f: { res: http.ServerResponse; left: number }): void {
+    this.logFollowers.get(key)?.delete(f);
+    f.res.end();
+  }
+
+  /** The container ended (or its pod went): its follows end, as the kubelet closes the log. */
+  private endFollows(ns: string | undefined, podName: string, container?: string): void {
+    for (const [key, set] of this.logFollowers) {
+      if (!key.startsWith(`${ns}/${podName}/`) || (container !== undefined && key !== `${ns}/${podName}/${container}`)) continue;
+      for (const f of [...set]) this.endFollow(key, f);
+    }
   }
 
   // ---------------------------------------------------------------- exec
@@ -877,6 +1146,17 @@ export class FakeKube {
       socket.end(`HTTP/1.1 ${code} ${http.STATUS_CODES[code]}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\n\r\n${text}`);
     };
     if (this.down) return refuse(503, status(503, 'ServiceUnavailable', 'the fake API server is down'));
+    if (this.hangFor(url.pathname, req.method ?? 'GET', false)) {
+      // The upgrade is accepted and never answered; carried out when the hang ends, if still wanted.
+      this.heldRequests.push({ gone: () => socket.destroyed, run: () => this.upgradeNow(req, socket, head, url, refuse) });
+      return;
+    }
+    this.upgradeNow(req, socket, head, url, refuse);
+  }
+
+  private upgradeNow(req: http.IncomingMessage, socket: Socket, head: Buffer, url: URL, refuse: (code: number, body: object) => void): void {
+    const a = /^\/api\/v1\/namespaces\/([^/]+)\/pods\/([^/]+)\/attach$/.exec(url.pathname);
+    if (a) return this.attachNow(req, socket, head, url, a[1]!, a[2]!, refuse);
     const m = /^\/api\/v1\/namespaces\/([^/]+)\/pods\/([^/]+)\/exec$/.exec(url.pathname);
     if (!m) return refuse(404, status(404, 'NotFound', 'not an exec path'));
     const [, ns, podName] = m as unknown as [string, string, string];
@@ -892,6 +1172,81 @@ export class FakeKube {
       this.execs.push(call);
       void this.runExec(ws, call, pod);
     });
+  }
+
+  private attachNow(req: http.IncomingMessage, socket: Socket, head: Buffer, url: URL, ns: string, podName: string, refuse: (code: number, body: object) => void): void {
+    const pod = this.get('pods', ns, podName);
+    if (!pod) return refuse(404, notFound('pods', podName));
+    const container = url.searchParams.get('container') ?? pod.spec.containers[0].name;
+    const spec = (pod.spec.containers as { name: string; stdin?: boolean }[]).find((c) => c.name === container);
+    const cs = (pod.status.containerStatuses ?? []).find((c: { name: string }) => c.name === container);
+    if (!spec || !cs) return refuse(400, status(400, 'BadRequest', `container ${container} is not valid for pod ${podName}`));
+    if (!cs.state?.running) return refuse(400, status(400, 'BadRequest', `container ${container} is not running`));
+    if (url.searchParams.get('stdin') === 'true' && !spec.stdin) return refuse(400, status(400, 'BadRequest', `stdin is not enabled for container ${container}`));
+    this.wss.handleUpgrade(req, socket, head, (ws) => {
+      const call: AttachCall = { namespace: ns, pod: podName, container, protocol: ws.protocol, stdin: [] };
+      this.attaches.push(call);
+      const proc = container === 'main' ? this.procs.get(podName) : undefined;
+      const frame = (channel: number, data: Buffer) => {
+        if (ws.readyState === ws.OPEN) ws.send(Buffer.concat([Buffer.from([channel]), data]));
+      };
+      for (const channel of [1, 3]) frame(channel, Buffer.alloc(0));
+      const sink = (b: Buffer) => frame(1, b);
+      proc?.sinks.add(sink);
+      const firstAttach = proc ? !proc.attached : false;
+      if (proc) proc.attached = true;
+      ws.on('message', (data: Buffer) => {
+        if (data.length > 1 && data[0] === 0) {
+          call.stdin.push(Buffer.from(data.subarray(1)));
+          proc?.child.stdin?.write(data.subarray(1));
+        }
+      });
+      ws.on('close', () => {
+        proc?.sinks.delete(sink);
+        // stdinOnce: the first attach's end closes the container's stdin for good.
+        if (firstAttach && spec && (spec as { stdinOnce?: boolean }).stdinOnce) proc?.child.stdin?.end();
+      });
+      proc?.child.once('exit', () => {
+        frame(3, Buffer.from(JSON.stringify({ metadata: {}, status: 'Success' })));
+        ws.close(1000);
+      });
+    });
+  }
+
+  /** runWarmPods: the pod starts and `main` runs the real runner of its command (module comment). */
+  private startWarmPod(podName: string): void {
+    const pod = this.get('pods', undefined, podName) ?? this.list('pods').find((p) => p.metadata.name === podName);
+    if (!pod || pod.metadata.deletionTimestamp) return;
+    const main = (pod.spec.containers as { name: string; command?: string[] }[]).find((c) => c.name === 'main');
+    if (!main?.command) return;
+    const base = path.join(this.root, podName);
+    const dirs: Record<string, string> = { '/code': path.join(base, 'code'), '/input': path.join(base, 'input'), '/output': this.outputDir(podName), '/tmp': path.join(base, 'tmp') };
+    for (const d of Object.values(dirs)) mkdirSync(d, { recursive: true });
+    const mapPath = (a: string) => {
+      for (const [from, to] of Object.entries(dirs)) if (a === from || a.startsWith(from + '/')) return to + a.slice(from.length);
+      return a;
+    };
+    const py = main.command.indexOf('python3');
+    const args = main.command.slice(py + 1).map((a, i, all) => (all[i - 1] === '-c' ? a : mapPath(a)));
+    // Without --rlimit (the fake runs as whoever runs the tests; an fsize limit would also apply to its writes).
+    const clean: string[] = [];
+    for (let i = 0; i < args.length; i++) {
+      if (args[i] === '--rlimit') i++;
+      else clean.push(args[i]!);
+    }
+    const child = spawn('python3', clean, { env: { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: dirs['/tmp']!, TMPDIR: dirs['/tmp']!, LANG: 'C.UTF-8' }, stdio: ['pipe', 'pipe', 'ignore'] });
+    const entry = { child, sinks: new Set<(b: Buffer) => void>(), attached: false };
+    this.procs.set(podName, entry);
+    child.stdout!.on('data', (b: Buffer) => {
+      for (const s of entry.sinks) s(b);
+    });
+    child.stdin!.on('error', () => undefined);
+    child.on('exit', (code, signal) => {
+      this.procs.delete(podName);
+      if (!this.get('pods', pod.metadata.namespace, podName)) return;
+      this.mainTerminated(podName, code ?? (signal ? 137 : 1));
+    });
+    this.mainRunning(podName);
   }
 
   private async runExec(ws: WebSocket, call: ExecCall, pod: KObj): Promise<void> {
@@ -1008,6 +1363,20 @@ function discardingResponse(): http.ServerResponse {
   return sink as unknown as http.ServerResponse;
 }
 
+function hangMatches(h: HangOptions, pathname: string, method: string, watch: boolean): boolean {
+  if (h.only === 'watches' && !watch) return false;
+  if (h.only === 'requests' && watch) return false;
+  if (h.method && h.method !== method) return false;
+  return !h.path || h.path.test(pathname);
+}
+
+/** The collection path a watcher watches (for matching hangs against open watches). */
+function watchPath(w: Watcher): string {
+  const meta = KIND_META[w.kind];
+  const group = meta.apiVersion.includes('/') ? `/apis/${meta.apiVersion}` : `/api/${meta.apiVersion}`;
+  return w.ns !== null && w.kind !== 'runtimeclasses' && w.kind !== 'namespaces' ? `${group}/namespaces/${w.ns}/${w.kind}` : `${group}/${w.kind}`;
+}
+
 function notFound(kind: Kind, name: string): object {
   return status(404, 'NotFound', `${kind} "${name}" not found`, { name, kind });
 }
@@ -1025,14 +1394,14 @@ function podPhase(pod: KObj): string {
 }
 
 function route(path: string): { kind: Kind; ns?: string; name?: string; sub?: string } | null {
-  let m = /^\/api\/v1\/namespaces\/([^/]+)\/(pods|secrets)(?:\/([^/]+))?(?:\/(log|exec))?$/.exec(path);
+  let m = /^\/api\/v1\/namespaces\/([^/]+)\/(pods|secrets)(?:\/([^/]+))?(?:\/(log|exec|attach))?$/.exec(path);
   if (m) return { kind: m[2] as Kind, ns: m[1]!, ...(m[3] ? { name: m[3] } : {}), ...(m[4] ? { sub: m[4] } : {}) };
   m = /^\/apis\/batch\/v1\/namespaces\/([^/]+)\/jobs(?:\/([^/]+))?$/.exec(path);
   if (m) return { kind: 'jobs', ns: m[1]!, ...(m[2] ? { name: m[2] } : {}) };
   m = /^\/apis\/node\.k8s\.io\/v1\/runtimeclasses(?:\/([^/]+))?$/.exec(path);
   if (m) return { kind: 'runtimeclasses', ...(m[1] ? { name: m[1] } : {}) };
-  m = /^\/apis\/sandpod\.io\/v1alpha1\/namespaces\/([^/]+)\/jobtypes(?:\/([^/]+))?$/.exec(path);
-  if (m) return { kind: 'jobtypes', ns: m[1]!, ...(m[2] ? { name: m[2] } : {}) };
+  m = /^\/apis\/sandpod\.io\/v1alpha1\/namespaces\/([^/]+)\/jobtypes(?:\/([^/]+))?(?:\/(status))?$/.exec(path);
+  if (m) return { kind: 'jobtypes', ns: m[1]!, ...(m[2] ? { name: m[2] } : {}), ...(m[3] ? { sub: m[3] } : {}) };
   m = /^\/api\/v1\/namespaces(?:\/([^/]+))?$/.exec(path);
   if (m) return { kind: 'namespaces', ...(m[1] ? { name: m[1] } : {}) };
   return null;

@@ -75,6 +75,8 @@ function serviceView(name: string, spec: Manifest): Manifest {
     image: s.image ?? null,
     env: s.env,
     version: s.version,
+    ...(s.cpuRequest !== undefined ? { cpu_request: s.cpuRequest } : {}),
+    ...(s.memoryRequest !== undefined ? { memory_request: s.memoryRequest } : {}),
   });
   return fromConfig(conf);
 }
@@ -160,7 +162,7 @@ describe('CRD object', () => {
 
   it('printer columns point at declared fields with matching types', () => {
     const names = version.additionalPrinterColumns.map((c: Manifest) => c.name);
-    expect(names).toEqual(['Python', 'Memory', 'CPU', 'Timeout', 'Network', 'Ready', 'Image', 'Digest', 'Age']);
+    expect(names).toEqual(['Python', 'Memory', 'CPU', 'Timeout', 'Network', 'Ready', 'Building', 'Digest', 'Image', 'Failed', 'Age']);
     for (const col of version.additionalPrinterColumns as Manifest[]) {
       if (col.jsonPath === '.metadata.creationTimestamp') continue;
       if (col.jsonPath.startsWith('.status.conditions[')) {
@@ -176,11 +178,15 @@ describe('CRD object', () => {
 
   it('spec fields are exactly the service’s JobType fields (less name and digest), defaults equal', () => {
     const service = fromConfig(v.parse(JobTypeConfigSchema, { name: 'x' })) as unknown as Manifest;
-    const specKeys = Object.keys(schema.properties.spec.properties).sort();
+    // warmPool is the cluster warm pool's setting, read by the registry apart from the run's fields.
+    const specKeys = Object.keys(schema.properties.spec.properties).filter((k) => k !== 'warmPool').sort();
     expect(specKeys).toEqual(Object.keys(service).filter((k) => k !== 'name' && k !== 'digest').sort());
     expect(Object.keys(schema.properties.spec.properties.network.properties).sort()).toEqual(['allowedHosts', 'mode']);
-    const { image, name: _n, digest: _d, ...rest } = service;
+    // image and the requests have no CRD default: absent is null in the service (a fraction, for requests).
+    const { image, cpuRequest, memoryRequest, name: _n, digest: _d, ...rest } = service;
     expect(image).toBeNull();
+    expect(cpuRequest).toBeNull();
+    expect(memoryRequest).toBeNull();
     expect(defaulted({})).toEqual(rest);
   });
 });
@@ -206,6 +212,7 @@ describe('validation', () => {
     ],
     ['Kubernetes-style memory', { memoryLimit: '512Mi', maxFileSize: '268435456' }],
     ['bridge without hosts', { network: { mode: 'bridge' } }],
+    ['requests apart from limits', { cpuLimit: 2, cpuRequest: 0.1, memoryLimit: '1g', memoryRequest: '256Mi' }],
   ];
 
   it.each(good)('accepts %s', (_what, spec) => {
@@ -236,6 +243,9 @@ describe('validation', () => {
     ['an empty image', { image: '' }, /image/],
     ['env values that are not strings', { env: { A: 1 } }, /env\/A must be string/],
     ['a version with spaces', { version: 'my version' }, /version/],
+    ['zero CPU request', { cpuRequest: 0 }, /cpuRequest/],
+    ['a memory request as a number', { memoryRequest: 268435456 }, /memoryRequest must be string/],
+    ['a memory request with a decimal SI suffix', { memoryRequest: '256MB' }, /memoryRequest/],
   ];
 
   it.each(bad)('rejects %s', (_what, spec, message) => {

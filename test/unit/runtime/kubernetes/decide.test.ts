@@ -112,7 +112,7 @@ const rows: Row[] = [
     job,
     pod: makePod().mainTerminated(0, 'Completed', T0 + 5 * S, T0 + 7 * S).obj(),
     now: T0 + 8 * S,
-    expect: (a) => expect(finishOf(a).infraError).toMatchObject({ type: 'internal_error' }),
+    expect: (a) => expect(finishOf(a).infraError).toEqual({ type: 'internal_error', message: 'outputs could not be collected: exec refused' }),
   },
   {
     name: 'OOMKilled → oomKilled (collected as usual)',
@@ -256,6 +256,145 @@ const rows: Row[] = [
     pod: makePod().phase('Running').terminated('main', 0, 'Completed', T0 + 5 * S, T0 + 7 * S).waiting('collector', 'ContainerCreating').obj(),
     now: T0 + 8 * S,
     expect: (a) => expect(a).toEqual([]),
+  },
+  // Rows that pin each rule of the OOM and collector branches on its own (the mutation run showed
+  // each could be changed, or dropped, without any row above noticing).
+  {
+    name: 'main exited 1 and the collector could not start → docker_error, not oom',
+    run: run({ phaseReported: 'execution' }),
+    job,
+    pod: makePod().phase('Failed').terminated('main', 1, 'Error', T0 + 5 * S, T0 + 7 * S).terminated('collector', 128, 'StartError', T0 + 7 * S, T0 + 7 * S).obj(),
+    now: T0 + 8 * S,
+    expect: (a) => {
+      expect(types(a)).toEqual(['deleteJob', 'finish']);
+      expect(finishOf(a)).toMatchObject({ oomKilled: false, exitCode: 1, infraError: { type: 'docker_error', message: 'collector: StartError:' } });
+    },
+  },
+  {
+    name: 'gVisor: main 137 with reason Error, deps completed, collector OOMKilled → oom (one OOM-killed container is enough)',
+    run: run({ phaseReported: 'execution' }),
+    job,
+    pod: makePod()
+      .withDeps()
+      .phase('Failed')
+      .terminated('deps', 0, 'Completed', T0 + S, T0 + 3 * S)
+      .terminated('main', 137, 'Error', T0 + 5 * S, T0 + 7 * S)
+      .terminated('collector', 137, 'OOMKilled', T0 + 5 * S, T0 + 7 * S)
+      .obj(),
+    now: T0 + 8 * S,
+    expect: (a) => {
+      expect(types(a)).toEqual(['finish']);
+      expect(finishOf(a)).toMatchObject({ oomKilled: true, infraError: null, depInstallMs: 2 * S });
+    },
+  },
+  {
+    name: 'main OOMKilled, collector still running but the pod is being deleted → oom now (its outputs are going away)',
+    run: run({ phaseReported: 'execution' }),
+    job,
+    pod: makePod().mainTerminated(137, 'OOMKilled', T0 + 5 * S, T0 + 7 * S).deleting().obj(),
+    now: T0 + 8 * S,
+    expect: (a) => {
+      expect(types(a)).toEqual(['finish']);
+      expect(finishOf(a)).toMatchObject({ oomKilled: true, infraError: null, timedOut: null });
+    },
+  },
+  {
+    name: 'main OOMKilled with the collector running, and the Job deadline fired → oom, not a timeout',
+    run: run({ phaseReported: 'execution' }),
+    job: makeJob().deadlineExceeded().obj(),
+    pod: makePod().mainTerminated(137, 'OOMKilled', T0 + 5 * S, T0 + 7 * S).obj(),
+    now: T0 + 100 * S,
+    expect: (a) => {
+      expect(types(a)).toEqual(['finish']);
+      expect(finishOf(a)).toMatchObject({ oomKilled: true, timedOut: null, infraError: null });
+    },
+  },
+  {
+    name: 'main OOMKilled, collector StartError, the pod phase not updated yet → oom, not docker_error',
+    run: run({ phaseReported: 'execution' }),
+    job,
+    pod: makePod().phase('Running').terminated('main', 137, 'OOMKilled', T0 + 5 * S, T0 + 7 * S).terminated('collector', 128, 'StartError', T0 + 7 * S, T0 + 7 * S).obj(),
+    now: T0 + 8 * S,
+    expect: (a) => {
+      expect(types(a)).toEqual(['finish']);
+      expect(finishOf(a)).toMatchObject({ oomKilled: true, infraError: null });
+    },
+  },
+  ...['Failed', 'Succeeded'].map(
+    (phase): Row => ({
+      name: `main OOMKilled, pod ${phase} with the collector still waiting on its image → oom, not docker_error`,
+      run: run({ phaseReported: 'execution' }),
+      job,
+      pod: makePod().phase(phase).terminated('main', 137, 'OOMKilled', T0 + 5 * S, T0 + 7 * S).waiting('collector', 'ImagePullBackOff', 'Back-off pulling image "c"').obj(),
+      now: T0 + 8 * S,
+      expect: (a) => {
+        expect(types(a)).toEqual(['finish']);
+        expect(finishOf(a)).toMatchObject({ oomKilled: true, infraError: null });
+      },
+    }),
+  ),
+  {
+    name: 'main ended, collector terminated, the pod phase not updated yet → internal_error (outputs lost)',
+    run: run({ phaseReported: 'execution' }),
+    job,
+    pod: makePod().phase('Running').terminated('main', 0, 'Completed', T0 + 5 * S, T0 + 7 * S).terminated('collector', 2, 'Error', T0 + 5 * S, T0 + 7 * S).obj(),
+    now: T0 + 8 * S,
+    expect: (a) => expect(finishOf(a)).toMatchObject({ exitCode: 0, infraError: { type: 'internal_error', message: 'outputs lost: the collector container is gone' } }),
+  },
+  ...['Failed', 'Succeeded'].map(
+    (phase): Row => ({
+      name: `main ended, pod ${phase} before the collector ever started → internal_error, not a wait`,
+      run: run({ phaseReported: 'execution' }),
+      job,
+      pod: makePod().phase(phase).terminated('main', 0, 'Completed', T0 + 5 * S, T0 + 7 * S).waiting('collector', 'ContainerCreating').obj(),
+      now: T0 + 8 * S,
+      expect: (a) => {
+        expect(types(a)).toEqual(['finish']);
+        expect(finishOf(a)).toMatchObject({ exitCode: 0, infraError: { type: 'internal_error', message: 'outputs lost: the collector container is gone' } });
+      },
+    }),
+  ),
+  {
+    name: 'deps init container cannot start (StartError) while main waits → docker_error at once',
+    run: run(),
+    job,
+    pod: makePod().withDeps().terminated('deps', 128, 'StartError', T0 + S, T0 + S).waiting('main', 'PodInitializing').obj(),
+    now: T0 + 2 * S,
+    expect: (a) => {
+      expect(types(a)).toEqual(['deleteJob', 'finish']);
+      expect(finishOf(a)).toMatchObject({ phase: 'startup', infraError: { type: 'docker_error', message: 'deps: StartError:' } });
+    },
+  },
+  {
+    name: 'deps installed (exit 0), main running → execution phase, no dependency error',
+    run: run(),
+    job,
+    pod: makePod().withDeps().terminated('deps', 0, 'Completed', T0 + S, T0 + 4 * S).mainRunning(T0 + 5 * S).obj(),
+    now: T0 + 6 * S,
+    expect: (a) => expect(a).toEqual([{ type: 'enterExecution', mainStartedAt: T0 + 5 * S }]),
+  },
+  {
+    name: 'ErrImageNeverPull without a message → docker_error naming the container and the reason',
+    run: run(),
+    job,
+    pod: makePod().waiting('main', 'ErrImageNeverPull').obj(),
+    now: T0 + S,
+    expect: (a) => {
+      expect(types(a)).toEqual(['deleteJob', 'finish']);
+      expect(finishOf(a).infraError).toEqual({ type: 'docker_error', message: expect.stringMatching(/^main: ErrImageNeverPull:?$/) });
+    },
+  },
+  {
+    name: 'pod evicted without a message from the kubelet → internal_error saying so',
+    run: run({ phaseReported: 'execution' }),
+    job,
+    pod: (() => {
+      const p = makePod().mainRunning(T0 + 5 * S).evicted().obj();
+      delete p.status!.message;
+      return p;
+    })(),
+    now: T0 + 9 * S,
+    expect: (a) => expect(finishOf(a).infraError).toEqual({ type: 'internal_error', message: 'pod evicted: no message' }),
   },
   ...['ErrImagePull', 'ImagePullBackOff', 'InvalidImageName'].map(
     (reason): Row => ({

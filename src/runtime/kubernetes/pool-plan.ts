@@ -1,0 +1,278 @@
+/**
+ * The cluster warm pool's pure parts (issue 10): the pool Job a JobType's idle pods come from, what a
+ * claim changes on it, and the pool's decision — `planPool(wants, members, now)` → Jobs to create and
+ * to remove — as functions of what the informer caches hold and the time. pool.ts applies them.
+ *
+ * A pool Job is a run Job (build-job.ts) with no execution yet: `main` runs the runner in `--wait`
+ * mode with stdin attached (`stdin`, `stdinOnce`), so the program and its input arrive on the go line
+ * (attach) into writable emptyDirs at /code and /input; the runner is in the command itself
+ * (`python3 -c`), so the pod mounts no Secret at all. `--phase-fd 1` makes the runner print `done N`
+ * on its stdout after the report is written: an attached service knows the program ended without
+ * waiting for the kubelet to report the container terminated. No `--tee`: the runner's stdout carries
+ * only those phase lines, which the program (whose stdout is a pipe to the runner) cannot forge.
+ */
+import { createHash } from 'node:crypto';
+import type { V1Job, V1Pod } from '@kubernetes/client-node';
+import { jobRef, type JobType } from '../../jobtypes/job-type.ts';
+import type { RunSpec } from '../runtime.ts';
+import { buildJob, jobDeadlineSeconds, type BuildJobConfig } from './build-job.ts';
+import { ANNOTATIONS, CONTAINERS, LABELS, executionLabel } from './names.ts';
+import { toMs } from './decide.ts';
+
+/**
+ * Whether runs of a JobType can come from a pool pod (or a cold attach pod): not when they install
+ * requirements (pool pods have no `deps`), nor when their egress is filtered to `allowed_hosts` (the
+ * proxy credential is per execution, signed into the pod's environment at creation).
+ */
+export function poolable(jobType: JobType, requirements: readonly string[] = jobType.requirements): boolean {
+  return requirements.length === 0 && !(jobType.network.mode === 'bridge' && jobType.network.allowedHosts.length > 0);
+}
+
+/** Labels only pool Jobs (and their pods) carry. */
+export const POOL_LABELS = {
+  /** The JobType the pod waits for. */
+  pool: 'sandpod.io/warm-pool',
+  /** Hash of the pod template: a JobType (or runner, or config) change makes idle pods stale. */
+  specHash: 'sandpod.io/pool-spec',
+} as const;
+
+/** Room for the program and its input in a pool pod's emptyDirs. */
+const DELIVERY_VOLUME_LIMIT = '64Mi';
+/** How long an unclaimed pool Job may live past its idle limit before the Job controller ends it. */
+const POOL_DEADLINE_SLACK_SEC = 600;
+
+/** Inputs of {@link buildPoolJob}. */
+export interface PoolJobOptions {
+  runtimeClassName: string | null;
+  runnerSource: string;
+  /** The Job's name (random, from the pool). */
+  name: string;
+  maxIdleSec: number;
+}
+
+/** Option names of the runner whose value the go line supplies (dropped from a pool pod's command). */
+const PER_RUN_OPTIONS = new Set(['--timeout', '--max-stream-bytes']);
+
+/**
+ * The pool Job of a JobType, without the spec-hash label (see {@link poolJob}). Pure. Built from the
+ * run Job of a placeholder run, so every change to run Jobs (security, limits, networking) reaches
+ * pool pods too.
+ */
+function buildPoolJobBody(jobType: JobType, config: BuildJobConfig, opts: PoolJobOptions): V1Job {
+  const placeholder: RunSpec = {
+    executionId: 'pool',
+    code: '',
+    inputJson: '',
+    jobType,
+    timeoutSec: jobType.timeout,
+    startupTimeoutSec: 0,
+    requirements: [],
+    maxStdoutBytes: 0,
+    maxArtifactBytes: 0,
+  };
+  const { job } = buildJob(placeholder, jobType, config, { runtimeClassName: opts.runtimeClassName, runnerSource: '' });
+  const tpl = job.spec!.template;
+  const podSpec = tpl.spec!;
+  const strip = (m: Record<string, string> | undefined, keys: string[]) => Object.fromEntries(Object.entries(m ?? {}).filter(([k]) => !keys.includes(k)));
+  const labels = { ...strip(job.metadata?.labels, [LABELS.executionId]), [POOL_LABELS.pool]: jobType.name };
+  const annotations = { [ANNOTATIONS.jobRef]: jobRef(jobType) };
+  const main = podSpec.containers.find((c) => c.name === CONTAINERS.main)!;
+  const cmd = main.command ?? [];
+  // `... python3 /sandpod/runner.py <args>` → `... python3 -c <runner> <args without per-run ones>`.
+  const at = cmd.indexOf('/sandpod/runner.py');
+  const head = cmd.slice(0, at);
+  const args: string[] = [];
+  for (let i = at + 1; i < cmd.length; i++) {
+    const a = cmd[i]!;
+    if (PER_RUN_OPTIONS.has(a)) i++;
+    else if (a !== '--tee') args.push(a);
+  }
+  const command = [...head, '-c', opts.runnerSource, ...args, '--wait', '--phase-fd', '1'];
+  const mounts = (main.volumeMounts ?? []).filter((m) => m.name !== 'runner').map((m) => (m.name === 'code' || m.name === 'input' ? { name: m.name, mountPath: m.mountPath } : m));
+  const volumes = (podSpec.volumes ?? [])
+    .filter((v) => v.name !== 'runner')
+    .map((v) => (v.name === 'code' || v.name === 'input' ? { name: v.name, emptyDir: { sizeLimit: DELIVERY_VOLUME_LIMIT } } : v));
+  return {
+    ...job,
+    metadata: { name: opts.name, namespace: job.metadata?.namespace ?? '', labels: { ...labels }, annotations: { ...annotations } },
+    spec: {
+      ...job.spec!,
+      activeDeadlineSeconds: opts.maxIdleSec + POOL_DEADLINE_SLACK_SEC,
+      template: {
+        metadata: { labels: { ...labels }, annotations: { ...annotations } },
+        spec: {
+          ...podSpec,
+          containers: podSpec.containers.map((c) => (c.name === CONTAINERS.main ? { ...main, command, volumeMounts: mounts, stdin: true, stdinOnce: true } : c)),
+          volumes,
+        },
+      },
+    },
+  };
+}
+
+/** The hash of what makes a pool pod (the template, with names left out). */
+export function poolSpecHash(job: V1Job): string {
+  return createHash('sha256').update(JSON.stringify(job.spec?.template ?? {})).digest('hex').slice(0, 16);
+}
+
+/** The pool Job of a JobType, labelled with its spec hash. Pure. */
+export function poolJob(jobType: JobType, config: BuildJobConfig, opts: PoolJobOptions): { job: V1Job; specHash: string } {
+  const job = buildPoolJobBody(jobType, config, opts);
+  const specHash = poolSpecHash(buildPoolJobBody(jobType, config, { ...opts, name: 'x' }));
+  job.metadata!.labels![POOL_LABELS.specHash] = specHash;
+  job.spec!.template.metadata!.labels![POOL_LABELS.specHash] = specHash;
+  return { job, specHash };
+}
+
+/** What a claim writes onto a pool Job and its pod: the run's labels and annotations. */
+export function claimMetadata(spec: Pick<RunSpec, 'executionId' | 'timeoutSec' | 'startupTimeoutSec'>): { labels: Record<string, string>; annotations: Record<string, string> } {
+  return {
+    labels: { [LABELS.executionId]: executionLabel(spec.executionId) },
+    annotations: {
+      [ANNOTATIONS.executionId]: spec.executionId,
+      [ANNOTATIONS.timeout]: String(spec.timeoutSec),
+      [ANNOTATIONS.startupTimeout]: String(spec.startupTimeoutSec),
+    },
+  };
+}
+
+/**
+ * The claimed Job: the run's labels and annotations, and a deadline counted from now (the Job's
+ * `activeDeadlineSeconds` counts from its start): its age + the run's limits + grace. Keeps the
+ * `resourceVersion` it was read at, so the update fails (409) when another replica claimed it first.
+ */
+export function claimedJob(job: V1Job, spec: Pick<RunSpec, 'executionId' | 'timeoutSec' | 'startupTimeoutSec'>, graceSec: number, now: number): V1Job {
+  const meta = claimMetadata(spec);
+  const started = toMs(job.status?.startTime) ?? toMs(job.metadata?.creationTimestamp) ?? now;
+  const ageSec = Math.max(0, Math.ceil((now - started) / 1000));
+  return {
+    ...job,
+    metadata: { ...job.metadata, labels: { ...job.metadata?.labels, ...meta.labels }, annotations: { ...job.metadata?.annotations, ...meta.annotations } },
+    spec: { ...job.spec!, activeDeadlineSeconds: ageSec + jobDeadlineSeconds({ ...spec, startupTimeoutSec: 0 }, graceSec) },
+  };
+}
+
+/**
+ * The Job of a cold run started the way a warm one runs (`kubernetes.cold_start: attach`): a pool
+ * Job named after the execution, carrying its labels from the start, with the run's deadline. Pure.
+ */
+export function coldAttachJob(spec: RunSpec, config: BuildJobConfig, opts: Omit<PoolJobOptions, 'name' | 'maxIdleSec'> & { name: string; graceSec: number }): V1Job {
+  const { job } = poolJob(spec.jobType, config, { ...opts, maxIdleSec: 0 });
+  const meta = claimMetadata(spec);
+  const labels = { ...job.metadata!.labels!, ...meta.labels };
+  const annotations = { ...job.metadata!.annotations!, ...meta.annotations };
+  return {
+    ...job,
+    metadata: { ...job.metadata!, labels, annotations },
+    spec: {
+      ...job.spec!,
+      activeDeadlineSeconds: jobDeadlineSeconds(spec, opts.graceSec),
+      template: { ...job.spec!.template, metadata: { labels: { ...labels }, annotations: { ...annotations } } },
+    },
+  };
+}
+
+/** JSON patch of a claimed pod's labels and annotations (both maps exist on pool pods). */
+export function claimPodPatch(spec: Pick<RunSpec, 'executionId' | 'timeoutSec' | 'startupTimeoutSec'>): object[] {
+  const meta = claimMetadata(spec);
+  const esc = (k: string) => k.replace(/~/g, '~0').replace(/\//g, '~1');
+  return [
+    ...Object.entries(meta.labels).map(([k, value]) => ({ op: 'add', path: `/metadata/labels/${esc(k)}`, value })),
+    ...Object.entries(meta.annotations).map(([k, value]) => ({ op: 'add', path: `/metadata/annotations/${esc(k)}`, value })),
+  ];
+}
+
+/** One pool Job as the pool sees it. */
+export interface PoolMember {
+  name: string;
+  jobType: string;
+  specHash: string;
+  /** Epoch ms the Job was created. */
+  createdAt: number;
+  /** Its pod's `main` and `collector` run and nothing ends it: it can take a program. */
+  ready: boolean;
+  /** Claimed by a run (carries an execution id): no longer the pool's. */
+  claimed: boolean;
+  /** Being deleted. */
+  deleting: boolean;
+  /** Its pod or Job ended without a claim (the runner died, eviction, deadline): useless. */
+  failed: boolean;
+}
+
+/** What the pool should hold for one JobType. */
+export interface PoolWant {
+  jobType: string;
+  size: number;
+  specHash: string;
+}
+
+/** Why an idle pool Job is removed. */
+export type RemoveReason = 'jobtype-gone' | 'stale' | 'idle' | 'failed' | 'excess';
+
+/** What to do now. */
+export interface PoolPlan {
+  create: { jobType: string; count: number }[];
+  remove: { name: string; reason: RemoveReason }[];
+}
+
+/** The pool member view of a Job and its pod (from the caches). */
+export function memberOf(job: V1Job, pod: V1Pod | undefined): PoolMember | null {
+  const labels = job.metadata?.labels ?? {};
+  const jobType = labels[POOL_LABELS.pool];
+  if (!jobType || !job.metadata?.name) return null;
+  const cs = (n: string) => pod?.status?.containerStatuses?.find((c) => c.name === n);
+  const jobEnded = !!job.status?.conditions?.some((c) => (c.type === 'Complete' || c.type === 'Failed') && c.status === 'True');
+  const podEnded = pod?.status?.phase === 'Failed' || pod?.status?.phase === 'Succeeded' || !!cs(CONTAINERS.main)?.state?.terminated || !!cs(CONTAINERS.collector)?.state?.terminated;
+  const deleting = !!job.metadata.deletionTimestamp || !!pod?.metadata?.deletionTimestamp;
+  return {
+    name: job.metadata.name,
+    jobType,
+    specHash: labels[POOL_LABELS.specHash] ?? '',
+    createdAt: toMs(job.metadata.creationTimestamp) ?? 0,
+    ready: !!pod && !deleting && !podEnded && !!cs(CONTAINERS.main)?.state?.running && !!cs(CONTAINERS.collector)?.state?.running,
+    claimed: !!labels[LABELS.executionId],
+    deleting,
+    failed: jobEnded || podEnded,
+  };
+}
+
+/**
+ * The pool's decision. Claimed and deleting members are not the pool's concern. An idle member is
+ * removed when its JobType is gone (or wants none), its spec hash differs, it failed, or it waited
+ * longer than `maxIdleMs`; beyond the wanted size the newest go (by name within equal ages, so two
+ * replicas pick the same ones). Missing members are created, at most `maxStarting` starting per type.
+ */
+export function planPool(wants: readonly PoolWant[], members: readonly PoolMember[], now: number, opts: { maxIdleMs: number; maxStarting: number }): PoolPlan {
+  const plan: PoolPlan = { create: [], remove: [] };
+  const want = new Map(wants.map((w) => [w.jobType, w]));
+  const kept = new Map<string, PoolMember[]>();
+  for (const m of members) {
+    if (m.claimed || m.deleting) continue;
+    const w = want.get(m.jobType);
+    let reason: RemoveReason | null = null;
+    if (!w || w.size <= 0) reason = 'jobtype-gone';
+    else if (m.specHash !== w.specHash) reason = 'stale';
+    else if (m.failed) reason = 'failed';
+    else if (now - m.createdAt >= opts.maxIdleMs) reason = 'idle';
+    if (reason) plan.remove.push({ name: m.name, reason });
+    else kept.set(m.jobType, [...(kept.get(m.jobType) ?? []), m]);
+  }
+  for (const w of wants) {
+    if (w.size <= 0) continue;
+    const mine = [...(kept.get(w.jobType) ?? [])].sort((a, b) => a.createdAt - b.createdAt || a.name.localeCompare(b.name));
+    for (const m of mine.slice(w.size)) plan.remove.push({ name: m.name, reason: 'excess' });
+    const live = mine.slice(0, w.size);
+    const starting = live.filter((m) => !m.ready).length;
+    const count = Math.min(w.size - live.length, Math.max(0, opts.maxStarting - starting));
+    if (count > 0) plan.create.push({ jobType: w.jobType, count });
+  }
+  return plan;
+}
+
+/** Claim candidates of a JobType, oldest first (they expire first): ready, idle, current spec. */
+export function claimOrder(members: readonly PoolMember[], jobType: string, specHash: string, now: number, maxIdleMs: number): string[] {
+  return members
+    .filter((m) => m.jobType === jobType && m.ready && !m.claimed && !m.deleting && !m.failed && m.specHash === specHash && now - m.createdAt < maxIdleMs)
+    .sort((a, b) => a.createdAt - b.createdAt || a.name.localeCompare(b.name))
+    .map((m) => m.name);
+}

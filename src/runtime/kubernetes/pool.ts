@@ -1,0 +1,249 @@
+/**
+ * The cluster warm pool (issue 10): per JobType a number of pool Jobs (pool-plan.ts) whose pods wait
+ * for their program. The pool is whatever the Job informer shows with this instance's labels and a
+ * pool label: a restarted service finds (adopts) its idle pods there, and removes those whose spec
+ * changed. Reconciled on a timer and after informer events, one pass at a time; the decisions are
+ * `planPool` / `claimOrder`.
+ *
+ * A claim is an update of the pool Job carrying the resourceVersion it was read at: when another
+ * replica (or this one) claimed it first the API server answers 409 and the next candidate is tried,
+ * so a pod is never handed to two runs. The claimed Job leaves the pool for good (it has an
+ * execution id); it runs one program and ends like any run Job.
+ */
+import { randomBytes } from 'node:crypto';
+import type { V1Job, V1Pod } from '@kubernetes/client-node';
+import type { Clock } from '../../clock.ts';
+import type { Config } from '../../config.ts';
+import type { JobType } from '../../jobtypes/job-type.ts';
+import type { KubeApi } from '../../kube/index.ts';
+import type { Logger } from '../../logger.ts';
+import type { RunSpec, WarmPoolStats } from '../runtime.ts';
+import type { RunController } from './controller.ts';
+import { poolable, claimOrder, claimPodPatch, claimedJob, memberOf, planPool, poolJob, type PoolMember, type PoolWant } from './pool-plan.ts';
+
+/** Options of {@link WarmPool}. */
+export interface WarmPoolOptions {
+  api: KubeApi;
+  controller: RunController;
+  config: Config;
+  clock: Clock;
+  log: Logger;
+  /** The JobTypes there are now (the registry's list). */
+  jobTypes: () => JobType[];
+  /** The RuntimeClass runs get (null: none; false: none may run). */
+  runtimeClassName: () => Promise<string | null | false>;
+  runnerSource: () => string;
+  /** How often the pool is reconciled without an event, ms. */
+  intervalMs?: number;
+  /** Pool Jobs created at once per JobType. */
+  maxStarting?: number;
+}
+
+/** A claimed pool pod. */
+export interface Claim {
+  job: V1Job;
+  pod: V1Pod;
+  /** Settles once the pod carries the run's labels (rejects when it could not be labelled). */
+  labelled: Promise<void>;
+}
+
+/** See the module comment. */
+export class WarmPool {
+  private timer: NodeJS.Timeout | null = null;
+  private running: Promise<void> | null = null;
+  private again = false;
+  private stopped = true;
+  private readonly counts = new Map<string, { hits: number; misses: number }>();
+  /** Spec hash per JobType name, from the last pass (claims only take pods of the current spec). */
+  private hashes = new Map<string, string>();
+
+  constructor(private readonly o: WarmPoolOptions) {}
+
+  /** The size wanted for a JobType. */
+  sizeOf(jt: JobType): number {
+    return jt.warmPoolSize ?? this.o.config.kubernetes.warm_pool_size;
+  }
+
+  private get maxIdleMs(): number {
+    return this.o.config.kubernetes.warm_pool_max_idle_seconds * 1000;
+  }
+
+  start(): void {
+    this.stopped = false;
+    this.o.controller.jobs.on(() => this.kick());
+    this.o.controller.pods.on(() => this.kick());
+    const tick = () => {
+      if (this.stopped) return;
+      this.kick();
+      this.timer = setTimeout(tick, this.o.intervalMs ?? 2000);
+      this.timer.unref();
+    };
+    tick();
+  }
+
+  stop(): void {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+  }
+
+  /** Runs a reconcile pass now, or right after the one in progress. Resolves when it is done. */
+  kick(): Promise<void> {
+    if (this.stopped) return Promise.resolve();
+    if (this.running) {
+      this.again = true;
+      return this.running;
+    }
+    this.running = (async () => {
+      do {
+        this.again = false;
+        try {
+          await this.reconcile();
+        } catch (err) {
+          this.o.log.warn({ err: String(err) }, 'warm pool reconcile failed');
+        }
+      } while (this.again && !this.stopped);
+    })().finally(() => {
+      this.running = null;
+    });
+    return this.running;
+  }
+
+  /** Jobs this pool created that the informer has not shown yet (counted as starting). */
+  private readonly pending = new Map<string, { jobType: string; specHash: string; at: number }>();
+
+  private members(): PoolMember[] {
+    const pods = new Map<string, V1Pod>();
+    for (const p of this.o.controller.pods.list()) {
+      const jobName = p.metadata?.labels?.['job-name'];
+      if (jobName) pods.set(jobName, p);
+    }
+    const out: PoolMember[] = [];
+    for (const j of this.o.controller.jobs.list()) {
+      const m = memberOf(j, pods.get(j.metadata?.name ?? ''));
+      if (m) out.push(m);
+    }
+    const now = this.o.clock.now();
+    for (const [name, p] of this.pending) {
+      if (this.o.controller.jobs.get(name) || now - p.at > 30_000) this.pending.delete(name);
+      else out.push({ name, jobType: p.jobType, specHash: p.specHash, createdAt: p.at, ready: false, claimed: false, deleting: false, failed: false });
+    }
+    return out;
+  }
+
+  /** The pool Job of a JobType now (with a fresh name), or null when runs cannot be made. */
+  private async template(jt: JobType, name: string): Promise<{ job: V1Job; specHash: string } | null> {
+    const rc = await this.o.runtimeClassName();
+    if (rc === false) return null;
+    return poolJob(jt, this.o.config, { runtimeClassName: rc, runnerSource: this.o.runnerSource(), name, maxIdleSec: this.o.config.kubernetes.warm_pool_max_idle_seconds });
+  }
+
+  private async reconcile(): Promise<void> {
+    if (!this.o.controller.jobs.synced || !this.o.controller.pods.synced) return;
+    const wants: PoolWant[] = [];
+    const hashes = new Map<string, string>();
+    for (const jt of this.o.jobTypes()) {
+      // Runs with requirements to install at run time never come from the pool (it has no `deps`).
+      const size = poolable(jt) ? this.sizeOf(jt) : 0;
+      const t = size > 0 ? await this.template(jt, 'x') : null;
+      if (!t) continue;
+      hashes.set(jt.name, t.specHash);
+      wants.push({ jobType: jt.name, size, specHash: t.specHash });
+    }
+    this.hashes = hashes;
+    const plan = planPool(wants, this.members(), this.o.clock.now(), { maxIdleMs: this.maxIdleMs, maxStarting: this.o.maxStarting ?? 4 });
+    const ns = this.o.config.kubernetes.runs_namespace;
+    for (const r of plan.remove) {
+      // Only as we saw it: a Job another replica claimed since is a run now, not ours to remove.
+      const rv = this.o.controller.jobs.get(r.name)?.metadata?.resourceVersion;
+      if (!rv) continue;
+      this.o.log.info({ job: r.name, reason: r.reason }, 'removing warm pool Job');
+      await this.o.api.deleteJobIfUnchanged(ns, r.name, rv);
+    }
+    const byName = new Map(this.o.jobTypes().map((jt) => [jt.name, jt]));
+    for (const c of plan.create) {
+      const jt = byName.get(c.jobType);
+      if (!jt) continue;
+      for (let i = 0; i < c.count; i++) {
+        const t = await this.template(jt, `sp-w-${randomBytes(6).toString('hex')}`);
+        if (!t) continue;
+        this.pending.set(t.job.metadata!.name!, { jobType: jt.name, specHash: t.specHash, at: this.o.clock.now() });
+        await this.o.api.createJob(t.job).catch((err: unknown) => {
+          this.pending.delete(t.job.metadata!.name!);
+          throw err;
+        });
+      }
+    }
+  }
+
+  /**
+   * Claims a ready pod of the run's JobType for the run, or returns null (a miss: none ready, or all
+   * taken by others meanwhile). Counts hits and misses of pooled types.
+   */
+  async claim(spec: RunSpec): Promise<Claim | null> {
+    const jt = spec.jobType;
+    if (this.stopped || this.sizeOf(jt) <= 0) return null;
+    const count = this.counts.get(jt.name) ?? { hits: 0, misses: 0 };
+    this.counts.set(jt.name, count);
+    // The run's own JobType (it may be pinned to an earlier build): only pods made from it will do.
+    const hash = poolable(jt, spec.requirements) && this.hashes.has(jt.name) ? (await this.template(jt, 'x').catch(() => null))?.specHash : undefined;
+    if (!hash) {
+      count.misses++;
+      return null;
+    }
+    const ns = this.o.config.kubernetes.runs_namespace;
+    for (const name of claimOrder(this.members(), jt.name, hash, this.o.clock.now(), this.maxIdleMs)) {
+      const job = this.o.controller.jobs.get(name);
+      const pod = this.o.controller.pods.list().find((p) => p.metadata?.labels?.['job-name'] === name);
+      if (!job || !pod?.metadata?.name) continue;
+      let updated = await this.o.api.replaceJob(claimedJob(job, spec, this.o.config.kubernetes.deadline_grace_seconds, this.o.clock.now()));
+      if (!updated) {
+        // 409: changed since our cache saw it. Claimed by another replica (or run): next one. Only its
+        // status changed (the cache lags): try once more at the version just read.
+        const fresh = await this.o.api.getJob(ns, name);
+        const member = fresh ? memberOf(fresh, pod) : null;
+        if (!fresh || !member || member.claimed || member.deleting) continue;
+        updated = await this.o.api.replaceJob(claimedJob(fresh, spec, this.o.config.kubernetes.deadline_grace_seconds, this.o.clock.now()));
+        if (!updated) continue;
+      }
+      // The pod carries the run's labels too, so `kubectl get pods -l sandpod.io/execution-id=<id>`
+      // finds it and the controller's pod events reach the run. Patched while the program is handed
+      // over (the run knows its pod by uid already); `labelled` settles when it is done.
+      const podName = pod.metadata.name;
+      const labelled = this.o.api.patchPod(ns, podName, claimPodPatch(spec)).then((p) => {
+        if (!p) throw new Error(`pod ${podName} of claimed Job ${name} is gone`);
+      });
+      labelled.catch(() => undefined);
+      count.hits++;
+      void this.kick();
+      return { job: updated, pod, labelled };
+    }
+    count.misses++;
+    void this.kick();
+    return null;
+  }
+
+  /** `/pool/stats` and `/metrics` rows, one per JobType with a pool or with counted runs. */
+  stats(): WarmPoolStats[] {
+    const now = this.o.clock.now();
+    const members = this.members().filter((m) => !m.claimed && !m.deleting);
+    const names = new Set<string>([...this.hashes.keys(), ...this.counts.keys()]);
+    const sizes = new Map(this.o.jobTypes().map((jt) => [jt.name, poolable(jt) ? this.sizeOf(jt) : 0]));
+    return [...names].sort().map((name) => {
+      const mine = members.filter((m) => m.jobType === name && m.specHash === this.hashes.get(name));
+      const ready = mine.filter((m) => m.ready);
+      const ages = ready.map((m) => now - m.createdAt);
+      const c = this.counts.get(name) ?? { hits: 0, misses: 0 };
+      return {
+        job_type: name,
+        target: sizes.get(name) ?? 0,
+        ready: ready.length,
+        starting: mine.filter((m) => !m.ready && !m.failed).length,
+        oldest_age_ms: ages.length ? Math.max(...ages) : null,
+        newest_age_ms: ages.length ? Math.min(...ages) : null,
+        hits: c.hits,
+        misses: c.misses,
+      };
+    });
+  }
+}

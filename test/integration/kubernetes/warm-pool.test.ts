@@ -1,0 +1,172 @@
+/**
+ * The cluster warm pool against the fake API server, whose warm pods run the real runner (in
+ * `--wait` mode, fed through attach): pool fill, claims with labels on Job and pod, delivery of
+ * code and input, `done` ending the run, never-reuse, claim races between two runtime instances,
+ * adoption after a restart, the pool following JobType changes, and the timeout counted from delivery.
+ */
+import { readFileSync } from 'node:fs';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { JobType } from '../../../src/jobtypes/job-type.ts';
+import { POOL_LABELS } from '../../../src/runtime/kubernetes/pool-plan.ts';
+import { LABELS } from '../../../src/runtime/kubernetes/names.ts';
+import type { Runtime } from '../../../src/runtime/runtime.ts';
+import { RUNNER_PATH } from '../../../src/sandbox/paths.ts';
+import { FakeKube, jobType, spec, startRuntime, testConfig } from '../../support/kube-runtime.ts';
+
+const NS = 'sandpod-jobs';
+const runnerSource = readFileSync(RUNNER_PATH, 'utf8');
+let fake: FakeKube;
+const runtimes: Runtime[] = [];
+let types: JobType[];
+
+async function start(over: Record<string, unknown> = {}): Promise<Runtime> {
+  const rt = await startRuntime(fake, {
+    config: testConfig({ kubernetes: { executor_image: 'sandpod/executor:test', deadline_grace_seconds: 5, preflight: false, warm_pool_size: 2, ...over } }),
+    options: { runnerSource, jobTypes: () => types, tuning: { podGoneGraceMs: 150, execTimeoutMs: 5000, informerBackoffInitialMs: 20, informerBackoffMaxMs: 200, healthCacheMs: 0, poolIntervalMs: 50 } },
+  });
+  runtimes.push(rt);
+  return rt;
+}
+
+const poolJobs = (jobTypeName = 'default') => fake.list('jobs', NS).filter((j) => j.metadata.labels?.[POOL_LABELS.pool] === jobTypeName);
+const idle = (jobTypeName = 'default') => poolJobs(jobTypeName).filter((j) => !j.metadata.labels?.[LABELS.executionId]);
+const readyIdle = () =>
+  idle().filter((j) => {
+    const pod = fake.podOfJob(j.metadata.name);
+    return pod?.status?.containerStatuses?.find((c: { name: string }) => c.name === 'main')?.state?.running && !pod.metadata.deletionTimestamp;
+  });
+
+beforeEach(async () => {
+  fake = await FakeKube.start({ runWarmPods: true, schedulePods: true });
+  fake.addRuntimeClass('gvisor');
+  types = [jobType()];
+});
+afterEach(async () => {
+  for (const rt of runtimes.splice(0)) await rt.stop();
+  await fake.close();
+});
+
+describe('cluster warm pool (fake API server, real runner)', () => {
+  it('fills the pool, and a run claims a pod: labels on Job and pod, code and input by attach, done ends it', async () => {
+    const rt = await start();
+    await fake.waitFor(() => readyIdle().length === 2, 5000, 'two ready pool pods');
+    // (The fake maps the runner's paths to its own directories: the program reads its input through them.)
+    const s = spec({ code: 'import json, sys\nprint(json.load(open(sys.argv[0].replace("/code/main.py", "/input/data.json")))["x"] * 2)', inputJson: '{"x": 21}' });
+    const raw = await rt.run(s);
+    expect(raw.observation).toMatchObject({ exitCode: 0, phase: 'completed', infraError: null });
+    expect(raw.stdout).toBe('42\n');
+    // Startup is the claim and the hand-over, not a pod start.
+    expect(raw.observation.startupMs).toBeLessThan(1000);
+    const claimed = fake.list('jobs', NS).filter((j) => j.metadata.labels?.[LABELS.executionId] === s.executionId);
+    expect(claimed).toHaveLength(1);
+    expect(claimed[0]!.metadata.labels?.[POOL_LABELS.pool]).toBe('default');
+    const pods = fake.list('pods', NS).filter((p) => p.metadata.labels?.[LABELS.executionId] === s.executionId);
+    expect(pods).toHaveLength(1);
+    expect(pods[0]!.metadata.annotations?.['sandpod.io/execution-id']).toBe(s.executionId);
+    // No Secret: nothing but the attach carried the program.
+    expect(fake.list('secrets', NS)).toEqual([]);
+    const attach = fake.attaches.find((a) => a.pod === pods[0]!.metadata.name)!;
+    const go = JSON.parse(Buffer.concat(attach.stdin).toString('utf8')) as Record<string, unknown>;
+    expect(go).toMatchObject({ code: s.code, input: s.inputJson, timeout: s.timeoutSec });
+    // The claim deadline counts from the claim: the pod's age plus the run's limits.
+    expect(claimed[0]!.spec.activeDeadlineSeconds).toBeLessThan(s.timeoutSec + 5 + 10);
+    const stats = rt.warmPoolStats!();
+    expect(stats.find((x) => x.job_type === 'default')).toMatchObject({ target: 2, hits: 1, misses: 0 });
+    // The pool refills.
+    await fake.waitFor(() => readyIdle().length === 2, 5000, 'refilled');
+  });
+
+  it('never reuses a pod: a file and an environment change of one run are not seen by the next', async () => {
+    const rt = await start();
+    await fake.waitFor(() => readyIdle().length === 2, 5000, 'ready');
+    const a = await rt.run(spec({ code: 'import os\nopen("mark", "w").write("x")\nos.environ["MARK"] = "1"\nos.putenv("MARK", "1")\nprint(os.getpid())' }));
+    expect(a.observation.exitCode).toBe(0);
+    await fake.waitFor(() => readyIdle().length === 2, 5000, 'refilled');
+    const b = await rt.run(spec({ code: 'import os\nprint(os.path.exists("mark"), os.environ.get("MARK"))' }));
+    expect(b.stdout).toBe('False None\n');
+    const claimedPods = fake.list('pods', NS).filter((p) => p.metadata.labels?.[LABELS.executionId]);
+    expect(new Set(claimedPods.map((p) => p.metadata.name)).size).toBe(claimedPods.length);
+  });
+
+  it('two runtime instances on one fake never claim the same pod', async () => {
+    // One pool (one instance label) kept by both: eight pods for six runs. Both may briefly make more
+    // than eight and trim the excess; a claim that meets a pod being trimmed moves on, and one that
+    // finds none left goes cold — here by attach, which the fake runs like a pool pod (it starts no
+    // Secret-fed cold pod by itself), so a miss on a busy machine ends instead of hanging.
+    const one = await start({ warm_pool_size: 8, cold_start: 'attach' });
+    const two = await start({ warm_pool_size: 8, cold_start: 'attach' });
+    await fake.waitFor(() => readyIdle().length >= 8, 15000, 'ready');
+    const specs = Array.from({ length: 6 }, (_, i) => spec({ code: `print(${i})` }));
+    const raws = await Promise.all(specs.map((s, i) => (i % 2 ? one : two).run(s)));
+    expect(raws.map((r) => r.stdout)).toEqual(specs.map((_, i) => `${i}\n`));
+    const byPod = new Map<string, string[]>();
+    for (const p of fake.list('pods', NS)) {
+      const id = p.metadata.labels?.[LABELS.executionId];
+      if (id) byPod.set(p.metadata.name, [...(byPod.get(p.metadata.name) ?? []), id]);
+    }
+    for (const ids of byPod.values()) expect(ids).toHaveLength(1);
+    // Each pod's main got exactly one go line.
+    for (const a of fake.attaches) expect(Buffer.concat(a.stdin).toString('utf8').split('\n').filter(Boolean)).toHaveLength(1);
+    const stats = [one, two].flatMap((r) => r.warmPoolStats!());
+    const hits = stats.reduce((n, x) => n + x.hits, 0);
+    expect(hits + stats.reduce((n, x) => n + x.misses, 0)).toBe(6);
+    expect(hits).toBeGreaterThanOrEqual(3);
+    // Both take the oldest ready pod first: some claims lost the race (409) and went on to the next.
+    const puts = fake.requests.filter((r) => r.method === 'PUT').length;
+    expect(puts).toBeGreaterThan(hits);
+  });
+
+  it('a restarted service adopts its idle pool; a JobType change replaces it; a deleted JobType removes it', async () => {
+    const first = await start();
+    await fake.waitFor(() => readyIdle().length === 2, 5000, 'ready');
+    const names = readyIdle().map((j) => j.metadata.name).sort();
+    await first.stop();
+    runtimes.splice(runtimes.indexOf(first), 1);
+    const second = await start();
+    // Adopted: the same Jobs stay, none is added.
+    await new Promise((r) => setTimeout(r, 300));
+    expect(idle().map((j) => j.metadata.name).sort()).toEqual(names);
+    const raw = await second.run(spec({ code: 'print("adopted")' }));
+    expect(raw.stdout).toBe('adopted\n');
+    expect(second.warmPoolStats!()[0]).toMatchObject({ hits: 1 });
+    // The JobType changes (a new env value): idle pods of the old spec are replaced.
+    types = [jobType({ env: { A: 'b' } })];
+    await fake.waitFor(() => readyIdle().length === 2 && readyIdle().every((j) => !names.includes(j.metadata.name)), 5000, 'replaced');
+    const env = await second.run(spec({ jobType: types[0]!, code: 'import os\nprint(os.environ["A"])' }));
+    expect(env.stdout).toBe('b\n');
+    // Deleted: the pool goes.
+    types = [];
+    await fake.waitFor(() => idle().length === 0, 5000, 'pool removed');
+  });
+
+  it('cold_start attach: a miss makes the run its own pool-style pod and hands the program over once main runs', async () => {
+    const rt = await start({ warm_pool_size: 0, cold_start: 'attach' });
+    const s = spec({ code: 'import sys\nprint("cold", file=sys.stderr)\nsys.exit(4)' });
+    const raw = await rt.run(s);
+    expect(raw.observation).toMatchObject({ exitCode: 4, phase: 'failed', infraError: null });
+    expect(raw.stderr).toBe('cold\n');
+    const job = fake.list('jobs', NS).find((j) => j.metadata.labels?.[LABELS.executionId] === s.executionId)!;
+    expect(job.metadata.name).toBe(`sp-${s.executionId}`);
+    expect(job.spec.template.spec.containers.find((c: { name: string }) => c.name === 'main').stdin).toBe(true);
+    expect(fake.list('secrets', NS)).toEqual([]);
+    expect(fake.attaches.filter((a) => a.pod.startsWith(job.metadata.name))).toHaveLength(1);
+  });
+
+  it('counts the timeout from delivery and reports a miss when no pod is ready', async () => {
+    const rt = await start({ warm_pool_max_idle_seconds: 3600 });
+    await fake.waitFor(() => readyIdle().length === 2, 5000, 'ready');
+    // Idle pods that waited long already: the run's 1 s limit still holds from the hand-over.
+    await new Promise((r) => setTimeout(r, 1200));
+    const raw = await rt.run(spec({ timeoutSec: 1, code: 'import time\nprint("start", flush=True)\ntime.sleep(5)' }));
+    expect(raw.report?.timed_out).toBe(true);
+    expect(raw.stdout).toBe('start\n');
+    expect(raw.observation.executionMs).toBeGreaterThanOrEqual(900);
+    expect(raw.observation.executionMs).toBeLessThan(3000);
+    // A run with requirements never takes a pool pod: counted as a miss, and its Job is the cold one.
+    const s = spec({ requirements: ['six'] });
+    const running = rt.run(s);
+    running.catch(() => undefined);
+    await fake.waitFor(() => fake.list('jobs', NS).some((j) => j.metadata.labels?.[LABELS.executionId] === s.executionId && !j.metadata.labels?.[POOL_LABELS.pool]), 2000, 'cold Job');
+    expect(rt.warmPoolStats!()[0]).toMatchObject({ hits: 1, misses: 1 });
+  });
+});

@@ -1,0 +1,118 @@
+/** The warm pool's pure decisions (pool-plan.ts), as tables with an explicit clock. */
+import { describe, expect, it } from 'vitest';
+import { poolable, claimOrder, claimedJob, planPool, poolJob, type PoolMember } from '../../../../src/runtime/kubernetes/pool-plan.ts';
+import { decide, newRunState } from '../../../../src/runtime/kubernetes/decide.ts';
+import { jobType, testConfig } from '../../../support/kube-runtime.ts';
+
+const T0 = 1_000_000;
+const m = (name: string, over: Partial<PoolMember> = {}): PoolMember => ({ name, jobType: 'a', specHash: 'h1', createdAt: T0, ready: true, claimed: false, deleting: false, failed: false, ...over });
+const opts = { maxIdleMs: 60_000, maxStarting: 2 };
+
+describe('planPool', () => {
+  const cases: { name: string; wants: { jobType: string; size: number; specHash: string }[]; members: PoolMember[]; now?: number; create: { jobType: string; count: number }[]; remove: [string, string][] }[] = [
+    { name: 'empty pool fills, at most maxStarting at once', wants: [{ jobType: 'a', size: 3, specHash: 'h1' }], members: [], create: [{ jobType: 'a', count: 2 }], remove: [] },
+    { name: 'starting members count against maxStarting', wants: [{ jobType: 'a', size: 3, specHash: 'h1' }], members: [m('p1', { ready: false })], create: [{ jobType: 'a', count: 1 }], remove: [] },
+    { name: 'full pool does nothing', wants: [{ jobType: 'a', size: 2, specHash: 'h1' }], members: [m('p1'), m('p2')], create: [], remove: [] },
+    { name: 'claimed members leave the pool: refill', wants: [{ jobType: 'a', size: 2, specHash: 'h1' }], members: [m('p1'), m('p2', { claimed: true })], create: [{ jobType: 'a', count: 1 }], remove: [] },
+    { name: 'stale spec hash is replaced', wants: [{ jobType: 'a', size: 1, specHash: 'h2' }], members: [m('p1')], create: [{ jobType: 'a', count: 1 }], remove: [['p1', 'stale']] },
+    { name: 'JobType gone removes its pool', wants: [], members: [m('p1'), m('p2', { claimed: true })], create: [], remove: [['p1', 'jobtype-gone']] },
+    { name: 'size 0 removes the pool', wants: [{ jobType: 'a', size: 0, specHash: 'h1' }], members: [m('p1')], create: [], remove: [['p1', 'jobtype-gone']] },
+    { name: 'idle past the limit is replaced', wants: [{ jobType: 'a', size: 1, specHash: 'h1' }], members: [m('p1')], now: T0 + 60_000, create: [{ jobType: 'a', count: 1 }], remove: [['p1', 'idle']] },
+    { name: 'idle just under the limit stays', wants: [{ jobType: 'a', size: 1, specHash: 'h1' }], members: [m('p1')], now: T0 + 59_999, create: [], remove: [] },
+    { name: 'failed pods are replaced', wants: [{ jobType: 'a', size: 1, specHash: 'h1' }], members: [m('p1', { failed: true, ready: false })], create: [{ jobType: 'a', count: 1 }], remove: [['p1', 'failed']] },
+    { name: 'excess: the newest go (same choice on every replica)', wants: [{ jobType: 'a', size: 1, specHash: 'h1' }], members: [m('p2', { createdAt: T0 + 5 }), m('p1'), m('p3', { createdAt: T0 + 5 })], create: [], remove: [['p2', 'excess'], ['p3', 'excess']] },
+    { name: 'deleting members are ignored', wants: [{ jobType: 'a', size: 1, specHash: 'h1' }], members: [m('p1', { deleting: true })], create: [{ jobType: 'a', count: 1 }], remove: [] },
+  ];
+  for (const c of cases) {
+    it(c.name, () => {
+      const plan = planPool(c.wants, c.members, c.now ?? T0 + 1, opts);
+      expect(plan.create).toEqual(c.create);
+      expect(plan.remove.map((r) => [r.name, r.reason])).toEqual(c.remove);
+    });
+  }
+});
+
+describe('poolable', () => {
+  it.each([
+    ['plain type', jobType(), [], true],
+    ['run with requirements', jobType(), ['six'], false],
+    ['bridge without a host list', jobType({ network: { mode: 'bridge', allowed_hosts: [] } }), [], true],
+    ['bridge filtered to hosts (per-run proxy credential)', jobType({ network: { mode: 'bridge', allowed_hosts: ['pypi.org'] } }), [], false],
+  ])('%s', (_n, jt, reqs, want) => {
+    expect(poolable(jt, reqs as string[])).toBe(want);
+  });
+});
+
+describe('claimOrder', () => {
+  it('ready, unclaimed, current, not too old; oldest first', () => {
+    const members = [
+      m('young', { createdAt: T0 + 10 }),
+      m('old'),
+      m('starting', { ready: false }),
+      m('taken', { claimed: true }),
+      m('stale', { specHash: 'h0' }),
+      m('other', { jobType: 'b' }),
+      m('expired', { createdAt: T0 - 60_000 }),
+      m('dying', { deleting: true }),
+    ];
+    expect(claimOrder(members, 'a', 'h1', T0 + 20, 60_000)).toEqual(['old', 'young']);
+  });
+});
+
+describe('pool Job and claim', () => {
+  const cfg = testConfig();
+  it('a pool pod runs the runner inline in --wait mode with stdin, no Secret volume, no per-run options', () => {
+    const { job, specHash } = poolJob(jobType(), cfg, { runtimeClassName: 'gvisor', runnerSource: 'RUNNER', name: 'sp-w-1', maxIdleSec: 900 });
+    const spec = job.spec!.template.spec!;
+    const main = spec.containers.find((c) => c.name === 'main')!;
+    expect(main.stdin).toBe(true);
+    expect(main.stdinOnce).toBe(true);
+    expect(main.command).toContain('--wait');
+    expect(main.command!.slice(main.command!.indexOf('-c'), main.command!.indexOf('-c') + 2)).toEqual(['-c', 'RUNNER']);
+    expect(main.command).not.toContain('--tee');
+    expect(main.command).not.toContain('--timeout');
+    expect(spec.volumes!.some((v) => v.secret)).toBe(false);
+    expect(main.volumeMounts!.find((v) => v.name === 'code')!.readOnly).toBeUndefined();
+    expect(job.metadata!.labels!['sandpod.io/execution-id']).toBeUndefined();
+    expect(job.spec!.template.metadata!.labels!['sandpod.io/pool-spec']).toBe(specHash);
+    // Same inputs, same hash; a JobType change, another hash; the name does not count.
+    expect(poolJob(jobType(), cfg, { runtimeClassName: 'gvisor', runnerSource: 'RUNNER', name: 'sp-w-2', maxIdleSec: 900 }).specHash).toBe(specHash);
+    expect(poolJob(jobType({ memory_limit: '1g' }), cfg, { runtimeClassName: 'gvisor', runnerSource: 'RUNNER', name: 'sp-w-1', maxIdleSec: 900 }).specHash).not.toBe(specHash);
+    expect(poolJob(jobType(), cfg, { runtimeClassName: 'gvisor', runnerSource: 'RUNNER2', name: 'sp-w-1', maxIdleSec: 900 }).specHash).not.toBe(specHash);
+  });
+
+  it('a claim labels the Job, keeps its resourceVersion and sets a deadline counted from now', () => {
+    const { job } = poolJob(jobType(), cfg, { runtimeClassName: null, runnerSource: 'R', name: 'sp-w-1', maxIdleSec: 900 });
+    const read = { ...job, metadata: { ...job.metadata, resourceVersion: '42' }, status: { startTime: new Date(T0) } };
+    const c = claimedJob(read, { executionId: 'e-1', timeoutSec: 10, startupTimeoutSec: 60 }, 5, T0 + 100_000);
+    expect(c.metadata!.resourceVersion).toBe('42');
+    expect(c.metadata!.labels!['sandpod.io/execution-id']).toBe('e-1');
+    expect(c.metadata!.annotations!['sandpod.io/execution-id']).toBe('e-1');
+    expect(c.spec!.activeDeadlineSeconds).toBe(100 + 10 + 5);
+  });
+});
+
+describe('decide on a warm run', () => {
+  const pod = { metadata: { name: 'p' }, status: { phase: 'Running', containerStatuses: [
+    { name: 'main', state: { running: { startedAt: new Date(T0 - 600_000) } } },
+    { name: 'collector', state: { running: { startedAt: new Date(T0 - 600_000) } } },
+  ] } } as never;
+  const state = (warm: { deliveredAt: number | null; done: { exitCode: number; at: number } | null }) =>
+    newRunState({ executionId: 'e', jobName: 'sp-w-1', startedAt: T0, startupTimeoutMs: 5000, podGoneGraceMs: 100, jobSeen: true, warm });
+  it.each([
+    ['before delivery: main running means nothing, the startup deadline waits', { deliveredAt: null, done: null }, [{ type: 'wakeAt', at: T0 + 5000 }]],
+    ['delivered: execution starts at delivery', { deliveredAt: T0 + 20, done: null }, [{ type: 'enterExecution', mainStartedAt: T0 + 20 }]],
+    ['done: collect at once, main still running', { deliveredAt: T0 + 20, done: { exitCode: 0, at: T0 + 50 } }, [{ type: 'enterExecution', mainStartedAt: T0 + 20 }, { type: 'collect', pod: 'p' }]],
+    ['done 137 waits for the container (OOM or not)', { deliveredAt: T0 + 20, done: { exitCode: 137, at: T0 + 50 } }, [{ type: 'enterExecution', mainStartedAt: T0 + 20 }]],
+  ])('%s', (_n, warm, actions) => {
+    expect(decide(state(warm), { metadata: { name: "sp-w-1" }, status: {} }, pod, T0 + 60)).toEqual(actions);
+  });
+
+  it('observation: startup is until delivery, execution from delivery to done, exit code from done', () => {
+    const s = state({ deliveredAt: T0 + 20, done: { exitCode: 3, at: T0 + 70 } });
+    s.collection = { ok: true, output: {} as never };
+    s.released = true;
+    const [finish] = decide(s, { metadata: { name: "sp-w-1" }, status: {} }, pod, T0 + 90);
+    expect(finish).toMatchObject({ type: 'finish', observation: { exitCode: 3, phase: 'failed', startupMs: 20, executionMs: 50, totalMs: 70 } });
+  });
+});
