@@ -5,9 +5,11 @@ import { Hono } from 'hono';
 import { AppError } from '../errors.ts';
 import type { AppDeps, AppEnv } from './deps.ts';
 import { errorResponse } from './errors.ts';
+import { bearerAuth } from './middleware/auth.ts';
 import { httpMetrics } from './middleware/http-metrics.ts';
 import { requestContext } from './middleware/request-context.ts';
 import { dlqRoutes } from './routes/dlq.ts';
+import { eventRoutes } from './routes/events.ts';
 import { executeRoutes } from './routes/execute.ts';
 import { executionRoutes } from './routes/executions.ts';
 import { healthRoutes } from './routes/health.ts';
@@ -16,16 +18,20 @@ import { jobRoutes } from './routes/jobs.ts';
 import { metricsRoutes } from './routes/metrics.ts';
 import { openapiRoutes } from './routes/openapi.ts';
 import { poolRoutes } from './routes/pool.ts';
+import { uiRoutes } from './routes/ui.ts';
 
 /** Builds the app over its dependencies. */
 export function createApp(deps: AppDeps): Hono<AppEnv> {
   const app = new Hono<AppEnv>();
   app.use('*', httpMetrics(deps.metrics));
   app.use('*', requestContext(deps.logger));
+  app.route('/', uiRoutes()); // before the token check: the console must load to ask for the token
+  if (deps.tokens?.enabled) app.use('*', bearerAuth(deps.tokens));
   // Bodies are read (and capped at max_body_bytes) by the routes that take one (bodyValidator, api/openapi.ts).
   // /openapi.json is generated from the routes declared here, read when it is first asked for.
   app.route('/', executeRoutes(deps));
   app.route('/', jobRoutes(deps));
+  app.route('/', eventRoutes(deps));
   app.route('/', executionRoutes(deps));
   app.route('/', jobTypeRoutes(deps));
   app.route('/', healthRoutes(deps));

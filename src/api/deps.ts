@@ -1,7 +1,9 @@
 /** What the HTTP layer is given by `main.ts` (or a test): everything it talks to. */
+import type { TokenSet } from './middleware/auth.ts';
 import type { Config } from '../config.ts';
 import type { History } from '../executions/history.ts';
-import type { CompletionWaiter, Executions } from '../executions/index.ts';
+import type { CompletionWaiter, EventFeed, Executions } from '../executions/index.ts';
+import type { JobTypeBuilds } from '../jobtypes/builds.ts';
 import type { JobTypeRegistry } from '../jobtypes/job-type.ts';
 import type { Logger } from '../logger.ts';
 import type { Metrics } from '../metrics.ts';
@@ -16,13 +18,19 @@ export interface AppDeps {
   history: History;
   executions: Executions;
   waiter: CompletionWaiter;
+  /** Run events for `GET /jobs/{id}/events`; absent → 501. */
+  events?: EventFeed;
   registry: JobTypeRegistry;
+  /** Job-type builds (`POST /job-types/{name}/build`); absent → 501. */
+  builds?: JobTypeBuilds;
   runtime: Runtime;
   breaker: CircuitBreaker;
   slots: Slots;
   logger: Logger;
   metrics: Metrics;
   version: string;
+  /** API bearer tokens; absent or not enabled: no authentication. */
+  tokens?: TokenSet;
   /** True once SIGTERM arrived: new work is refused with 503. */
   isShuttingDown?: () => boolean;
 }

@@ -82,7 +82,7 @@ export function bodyValidator<S extends v.GenericSchema>(schema: S, limit: numbe
 }
 
 /** Builds the document for an app whose routes are declared as above. */
-export async function buildOpenApi(app: Hono<AppEnv>, version: string): Promise<Record<string, unknown>> {
+export async function buildOpenApi(app: Hono<AppEnv>, version: string, bearerAuth = false): Promise<Record<string, unknown>> {
   const doc = await generateSpecs(app, {
     documentation: {
       info: {
@@ -94,8 +94,12 @@ export async function buildOpenApi(app: Hono<AppEnv>, version: string): Promise<
       },
       // Relative: the document is right wherever the service is mounted (behind a path prefix too).
       servers: [{ url: '.', description: 'This service, at the address this document was fetched from' }],
-      // On purpose: the service authenticates nobody; put it behind a proxy that does (SPEC §5).
-      security: [],
+      // With API tokens configured (auth.tokens / auth.tokens_file) every operation but the probes
+      // takes a bearer token; without them the service authenticates nobody (SPEC §5).
+      security: bearerAuth ? [{ bearerAuth: [] }] : [],
+      ...(bearerAuth
+        ? { components: { securitySchemes: { bearerAuth: { type: 'http', scheme: 'bearer', description: 'One of the API tokens this instance is configured with; /livez, /readyz and /health need none.' } } } }
+        : {}),
       tags: TAGS,
     },
     // /openapi.json looks like a static file to hono-openapi; it is an operation here.

@@ -5,9 +5,12 @@
  * (`additionalProperties: false`), so a field added to a view but not here fails the contract test.
  * `ref` metadata names the component the shape becomes in the document.
  */
+import type { Context } from 'hono';
+import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import * as v from 'valibot';
 import { ERROR_STATUS } from '../errors.ts';
 import { queueStatus, RECORD_STATUSES, TERMINAL_STATUSES } from '../executions/index.ts';
+import { stringifyJson } from '../util/json.ts';
 
 /** Names the component a schema becomes in the document (read by hono-openapi's valibot converter). */
 function ref<T>(name: string, description?: string): v.MetadataAction<T, Record<string, unknown>> {
@@ -74,7 +77,7 @@ const recordBase = {
   exit_code: v.nullable(int),
   stdout: v.string(),
   stderr: v.string(),
-  output: v.pipe(v.unknown(), v.description('Parsed /output/result.json, or null')),
+  output: v.pipe(v.unknown(), v.description('Parsed /output/result.json (numbers with their exact text), or null')),
   error: v.nullable(RunErrorSchema),
   timing: v.nullable(TimingSchema),
 };
@@ -112,7 +115,7 @@ export const FullRecordSchema = v.pipe(
     ),
     input_data: v.pipe(
       v.record(v.string(), v.unknown()),
-      v.description('The input as submitted (the same value the program read from /input/data.json); input_hash is the SHA-256 of its canonical JSON.'),
+      v.description('The input as submitted, numbers with their exact text (the same value the program read from /input/data.json); input_hash is the SHA-256 of its canonical JSON.'),
     ),
     code_hash: sha256Hex,
     input_hash: sha256Hex,
@@ -136,7 +139,7 @@ export const AnyRecordSchema = v.union([RecordSchema, FullRecordSchema]);
 export const SyncResultSchema = v.pipe(
   v.strictObject({
     success: v.boolean(),
-    output: v.pipe(v.unknown(), v.description('Parsed /output/result.json, or null')),
+    output: v.pipe(v.unknown(), v.description('Parsed /output/result.json (numbers with their exact text), or null')),
     stdout: v.string(),
     stderr: v.string(),
     exit_code: v.nullable(int),
@@ -228,11 +231,41 @@ export const JobTypeSchema = v.pipe(
     timeout: int,
     image_exists: v.boolean(),
     network: v.strictObject({ mode: v.picklist(['none', 'bridge']), allowed_hosts: v.array(v.string()) }),
-    version: v.string(),
-    job_ref: v.string(),
+    version: v.pipe(v.string(), v.description('Label runs record as job_version: the current build\'s version_tag, or `latest`')),
+    job_ref: v.pipe(v.string(), v.description('<job_type>@sha256:<digest>: the current build, or the spec digest of an unbuilt type')),
+    digest: v.pipe(v.nullable(sha256Hex), v.description('Digest of the current build; null when the type has no build for its current requirements')),
+    image_ref: v.pipe(v.nullable(v.string()), v.description('Where the current build lives (local: `local:<directory>`), or the configured image')),
   }),
   ref('JobType', 'SPEC §2.7 job type (environment).'),
 );
+
+/** One pinned distribution of a build. */
+const LockedRequirementSchema = v.strictObject({ name: v.string(), version: v.string(), sha256: v.nullable(sha256Hex) });
+
+/** `POST /job-types/{name}/build`, `GET /job-types/{name}/builds/{id}` (SPEC §4.9). */
+export const BuildSchema = v.pipe(
+  v.strictObject({
+    id: v.pipe(v.string(), v.description('Build id: GET /job-types/{name}/builds/{id} follows it')),
+    status: v.picklist(['building', 'built', 'failed']),
+    job_type: v.string(),
+    version: v.pipe(v.nullable(v.string()), v.description('<job_type>@sha256:<digest> once built')),
+    digest: v.nullable(sha256Hex),
+    image_ref: v.nullable(v.string()),
+    version_tag: v.pipe(v.nullable(v.string()), v.description('The semantic version label asked for; runs record it as job_version (else `latest`)')),
+    phase: v.pipe(v.string(), v.description('Progress: queued, installing, publishing, built or failed')),
+    python_version: v.string(),
+    requirements: v.array(v.string()),
+    resolved_requirements: v.pipe(v.nullable(v.array(LockedRequirementSchema)), v.description('The lock: every installed distribution with its version and archive sha256')),
+    duration_ms: v.nullable(nonNegInt),
+    error: v.pipe(v.nullable(v.string()), v.description("The builder's message when the build failed")),
+    created_at: timestamp,
+    finished_at: nullableTimestamp,
+  }),
+  ref('JobTypeBuild', 'A job-type build (SPEC §4.9).'),
+);
+
+/** `GET /job-types/{name}/builds` */
+export const BuildListSchema = v.array(BuildSchema);
 
 /** `GET /job-types` */
 export const JobTypeListSchema = v.array(JobTypeSchema);
@@ -251,6 +284,7 @@ const breakerSnapshot = v.pipe(
 export const HealthSchema = v.pipe(
   v.strictObject({
     status: v.picklist(['healthy', 'degraded']),
+    reasons: v.pipe(v.array(v.string()), v.description('Why the status is degraded (empty when healthy): engine unavailable, circuit breaker open, database down, a failed preflight of the run sandbox')),
     docker_available: v.pipe(v.boolean(), v.description('The sandbox engine in use can start a sandbox now')),
     gvisor_available: v.boolean(),
     circuit_breaker: breakerSnapshot,
@@ -287,6 +321,21 @@ export const PoolStatsSchema = v.pipe(
     queue: v.strictObject({ queued: nonNegInt, running: nonNegInt, max_queue_size: nonNegInt, oldest_queued_age_ms: v.nullable(nonNegInt) }),
     by_job_type: v.record(v.string(), typeCounts),
     breaker: v.picklist(['closed', 'open', 'half_open']),
+    warm: v.pipe(
+      v.array(
+        v.strictObject({
+          job_type: v.string(),
+          target: nonNegInt,
+          ready: nonNegInt,
+          starting: nonNegInt,
+          oldest_age_ms: v.nullable(nonNegInt),
+          newest_age_ms: v.nullable(nonNegInt),
+          hits: nonNegInt,
+          misses: nonNegInt,
+        }),
+      ),
+      v.description('Warm sandboxes per job type (local runtime; empty when none are kept): waiting counts, ages of the ready ones, runs that found one (hits) or started cold (misses)'),
+    ),
   }),
   ref('PoolStats', 'Slots are this process\'s; the queue is shared by every process on the database.'),
 );
@@ -348,6 +397,7 @@ export const ErrorSchema = v.pipe(
     job_id: v.optional(v.string()),
     execution_id: v.optional(v.string()),
     existing_job_id: v.optional(v.string()),
+    build: v.optional(v.pipe(v.unknown(), v.description('422 build_failed: the failed build (JobTypeBuild)'))),
     queued: v.optional(nonNegInt),
     running: v.optional(nonNegInt),
     max_queue_size: v.optional(nonNegInt),
@@ -367,3 +417,12 @@ export const WaitTimeoutSchema = v.pipe(
   v.strictObject({ ...errorBase, code: v.literal('wait_timeout'), job_id: v.string(), status: v.picklist(['pending', 'running']) }),
   ref('WaitTimeout'),
 );
+
+/**
+ * A JSON answer written with {@link stringifyJson}: numbers of the client's input and the program's
+ * result come out exactly as they were read (hono's `c.json` would write them as doubles, or an exact
+ * number as an object). Every route whose answer can carry `input_data` or `output` uses it.
+ */
+export function exactJson(c: Context, value: unknown, status: ContentfulStatusCode = 200): Response {
+  return c.body(stringifyJson(value), status, { 'Content-Type': 'application/json' });
+}

@@ -9,7 +9,7 @@
 import * as v from 'valibot';
 import type { Config } from '../config.ts';
 import { STATUS_FILTERS } from '../executions/index.ts';
-import { jsonDepth, MAX_JSON_DEPTH } from '../util/json.ts';
+import { isExactNumber, jsonDepth, MAX_JSON_DEPTH, stringifyJson } from '../util/json.ts';
 
 const utf8Bytes = (s: string) => Buffer.byteLength(s, 'utf8');
 
@@ -50,12 +50,12 @@ export function requestSchemas(config: Config) {
     v.optional(
       v.pipe(
         v.custom<Record<string, unknown> | null>(
-          (x) => x === null || (typeof x === 'object' && !Array.isArray(x)),
+          (x) => x === null || (typeof x === 'object' && !Array.isArray(x) && !isExactNumber(x)),
           'input_data must be a JSON object (not an array, string or number)',
         ),
         v.metadata({
           type: ['object', 'null'],
-          description: `Written to /input/data.json; null means {}. At most ${config.max_input_bytes} bytes as JSON (max_input_bytes) and ${MAX_JSON_DEPTH} levels of nesting. Any JSON value survives: NUL and other control characters, lone surrogates (kept as \\u escapes), any key name.`,
+          description: `Written to /input/data.json; null means {}. At most ${config.max_input_bytes} bytes as JSON (max_input_bytes) and ${MAX_JSON_DEPTH} levels of nesting. Any JSON value survives: NUL and other control characters, lone surrogates (kept as \\u escapes), any key name, numbers exactly as written (12345678901234567890, 0.1000000000000000055511, 1.0).`,
           'x-max-bytes': config.max_input_bytes,
           examples: [{ n: 42 }],
         }),
@@ -69,7 +69,7 @@ export function requestSchemas(config: Config) {
       if (!dataset.typed) return;
       if (jsonDepth(dataset.value, MAX_JSON_DEPTH) > MAX_JSON_DEPTH) {
         addIssue({ message: `input_data must nest at most ${MAX_JSON_DEPTH} levels deep (it nests deeper)` });
-      } else if (utf8Bytes(JSON.stringify(dataset.value)) > config.max_input_bytes) {
+      } else if (utf8Bytes(stringifyJson(dataset.value)) > config.max_input_bytes) {
         addIssue({ message: `input_data must be at most ${config.max_input_bytes} bytes as JSON` });
       }
     }),

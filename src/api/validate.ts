@@ -2,6 +2,7 @@
 import type { Context } from 'hono';
 import * as v from 'valibot';
 import { AppError } from '../errors.ts';
+import { jsonDepth, JsonDepthError, MAX_JSON_DEPTH, parseJson, toPlain } from '../util/json.ts';
 import { formatValiIssues } from './errors.ts';
 import { incomingOf, requestHeader } from './request-header.ts';
 
@@ -29,8 +30,23 @@ export async function readBody(c: Context, limit: number): Promise<string> {
   return Buffer.concat(chunks, total).toString('utf8');
 }
 
-/** Parses the JSON body (415 when not JSON, 400 when malformed, 413 when too large) and validates it. */
-export async function jsonBody<S extends v.GenericSchema>(c: Context, schema: S, opts: { optional?: boolean; limit?: number } = {}): Promise<v.InferOutput<S>> {
+/**
+ * Top-level body fields that are the client's data, carried to the program and back: their numbers
+ * are kept exactly (SPEC §2.1 `input_data`).
+ */
+export const EXACT_FIELDS: readonly string[] = ['input_data'];
+
+/**
+ * Parses the JSON body (415 when not JSON, 400 when malformed or nested deeper than the limit, 413
+ * when too large) and validates it. Numbers are read exactly ({@link parseJson}) in the top-level
+ * fields named by `exact` ({@link EXACT_FIELDS} unless given); everywhere else they are the doubles
+ * `JSON.parse` gives, since the service itself reads them (a timeout of `30.0` is 30).
+ */
+export async function jsonBody<S extends v.GenericSchema>(
+  c: Context,
+  schema: S,
+  opts: { optional?: boolean; limit?: number; exact?: readonly string[] } = {},
+): Promise<v.InferOutput<S>> {
   const text = await readBody(c, opts.limit ?? DEFAULT_BODY_LIMIT);
   let raw: unknown = {};
   if (text.trim() === '') {
@@ -41,12 +57,34 @@ export async function jsonBody<S extends v.GenericSchema>(c: Context, schema: S,
       throw new AppError('unsupported_media_type', `Content-Type must be application/json, got '${type || '(none)'}'`);
     }
     try {
-      raw = JSON.parse(text);
+      raw = parseJson(text);
     } catch (err) {
+      if (err instanceof JsonDepthError) throw tooDeep(err.value);
       throw new AppError('bad_request', `request body is not valid JSON: ${(err as Error).message}`);
     }
+    raw = plainExcept(raw, opts.exact ?? EXACT_FIELDS);
   }
   return parseOr400(schema, raw, 'request body');
+}
+
+/** The 400 of a body nested deeper than any field may: it names the fields that do. */
+function tooDeep(body: unknown): AppError {
+  const fields =
+    body !== null && typeof body === 'object' && !Array.isArray(body)
+      ? Object.entries(body).filter(([, value]) => jsonDepth(value, MAX_JSON_DEPTH) > MAX_JSON_DEPTH).map(([k]) => k)
+      : [];
+  const what = fields.length > 0 ? fields.join(', ') : 'request body';
+  return new AppError('validation_error', `${what} must nest at most ${MAX_JSON_DEPTH} levels deep (it nests deeper)`);
+}
+
+/** The body with its exact numbers turned plain outside the top-level fields named in `exact`. */
+function plainExcept(body: unknown, exact: readonly string[]): unknown {
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) return toPlain(body);
+  const out: Record<string, unknown> = {};
+  for (const [k, value] of Object.entries(body)) {
+    Object.defineProperty(out, k, { value: exact.includes(k) ? value : toPlain(value), enumerable: true, writable: true, configurable: true });
+  }
+  return out;
 }
 
 /** Body cap when a route gives none (the config's `max_body_bytes` is passed by the routes). */

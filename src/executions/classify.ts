@@ -6,7 +6,7 @@
  */
 import { RUNNER_ERROR_EXIT, RUNNER_TIMEOUT_EXIT } from '../runtime/run-output.ts';
 import type { RawRun } from '../runtime/runtime.ts';
-import { jsonDepth, MAX_JSON_DEPTH } from '../util/json.ts';
+import { jsonDepth, JsonDepthError, MAX_JSON_DEPTH, parseJson } from '../util/json.ts';
 import type { TerminalStatus } from './status.ts';
 
 /** SPEC §2.6 error object. */
@@ -186,8 +186,10 @@ function parseResult(raw: RawRun): { ok: true; value: unknown } | { ok: false; m
   if (raw.resultJson === null) return { ok: true, value: null };
   let value: unknown;
   try {
-    value = JSON.parse(raw.resultJson) as unknown;
+    // Numbers kept exactly: the record returns 12345678901234567890 as the program wrote it.
+    value = parseJson(raw.resultJson);
   } catch (err) {
+    if (err instanceof JsonDepthError) return { ok: false, message: `/output/result.json nests deeper than ${MAX_JSON_DEPTH} levels` };
     return { ok: false, message: `/output/result.json is not valid JSON: ${(err as Error).message}` };
   }
   // A deeper value could not be stored and served back (serializing it overflows the stack).

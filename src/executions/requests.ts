@@ -67,10 +67,14 @@ export function buildRow(
       throw new AppError('validation_error', `requirements: '${r}' is not a package specifier (expected e.g. 'requests' or 'numpy>=1.26,<2')`);
     }
   }
-  if (config.production_mode && mergedRequirements(jt, requirements).length > 0 && (requirements.length > 0 || !jt.image)) {
+  // production_mode (SPEC §8): nothing is installed at run time; a type with requirements runs only in
+  // its built environment (or a configured image), and a request cannot add requirements.
+  if (config.production_mode && mergedRequirements(jt, requirements).length > 0 && (requirements.length > 0 || (!jt.image && !jt.build))) {
     throw new AppError(
-      'validation_error',
-      `requirements: production_mode requires pre-built images; install-at-run-time is disabled (build job type '${jt.name}' with its requirements instead)`,
+      'config_error',
+      requirements.length > 0
+        ? `production_mode: requirements are not installed at run time; add them to job type '${jt.name}' and build it (POST /job-types/${jt.name}/build)`
+        : `production_mode: job type '${jt.name}' has requirements but no built environment; build it first with POST /job-types/${jt.name}/build`,
     );
   }
   const inputJson = canonical(s.input_data);

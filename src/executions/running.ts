@@ -8,7 +8,7 @@ import type { Kysely, Transaction } from 'kysely';
 import type { Clock } from '../clock.ts';
 import type { Config } from '../config.ts';
 import { AppError, errorMessage } from '../errors.ts';
-import type { JobTypeRegistry } from '../jobtypes/job-type.ts';
+import { pinnedJobType, type JobTypeRegistry } from '../jobtypes/job-type.ts';
 import type { Logger } from '../logger.ts';
 import { DONE_CHANNEL } from '../queue/channels.ts';
 import type { Claims } from '../queue/claims.ts';
@@ -20,7 +20,9 @@ import { insertArtifacts, type NewArtifact } from '../store/artifacts.repository
 import { isDatabaseUnavailable, type Database, type Db, type ExecutionRow, type ExecutionUpdate, type NewExecutionRow } from '../store/database.ts';
 import { insertDlq } from '../store/dlq.repository.ts';
 import { getExecution, insertExecution, settleRunning, updateExecutionIf } from '../store/executions.repository.ts';
+import { stringifyJson } from '../util/json.ts';
 import { classify, type Classification } from './classify.ts';
+import { RunEventWriter } from './events.ts';
 import { mergedRequirements, resolveJobType } from './requests.ts';
 import { isTerminal } from './status.ts';
 import { inputJsonOf } from './views.ts';
@@ -88,18 +90,35 @@ export class Running {
     const signal = holders.hold(row.id);
     const log = this.o.logger.child({ execution_id: row.id, correlation_id: row.correlation_id });
     this.o.events?.onStarted?.(row);
+    // GET /jobs/{id}/events: phases and output, written while this process holds the run.
+    const events = new RunEventWriter({ db: this.o.db, executionId: row.id, maxBytes: this.o.config.max_stdout_bytes, clock: this.o.clock, logger: log });
     try {
       if (row.cancel_requested) holders.abort(row.id, 'cancel');
-      const outcome = await this.runGuarded(row, signal, opts.adopt ?? false, log);
+      if (!opts.adopt) events.status('running', 'starting', row.created_at);
+      const outcome = await this.runGuarded(row, signal, opts.adopt ?? false, log, events);
       // The sandbox is gone: its worker slot can serve the next job while this one is recorded.
       opts.release?.();
-      if (outcome.kind === 'gone') return await this.whileUnavailable(signal, log, () => this.settleGone(row, log));
-      if (signal.aborted && signal.reason === 'shutdown' && row.mode === 'async') return await this.requeue(row, 'service shut down during the run');
+      if (outcome.kind === 'gone') {
+        await events.close();
+        return await this.whileUnavailable(signal, log, () => this.settleGone(row, log));
+      }
+      if (signal.aborted && signal.reason === 'shutdown' && row.mode === 'async') {
+        events.status('queued', 'queued');
+        await events.close();
+        return await this.requeue(row, 'service shut down during the run');
+      }
+      if (outcome.kind === 'ran') {
+        if (outcome.raw.stdoutTruncated) events.markTruncated('stdout');
+        if (outcome.raw.stderrTruncated) events.markTruncated('stderr');
+      }
+      // Stored before the record is settled: a reader that sees the record terminal has all output.
+      await events.close();
       return await this.whileUnavailable(signal, log, () => this.finalize(row, outcome, log));
     } catch (err) {
       log.error({ err }, 'finalizing a run failed');
       return await this.finalize(row, { kind: 'internal', type: 'internal_error', message: `internal error: ${errorMessage(err)}`, attempts: 1 }, log).catch(() => row);
     } finally {
+      await events.close().catch(() => {});
       holders.release(row.id);
     }
   }
@@ -125,9 +144,10 @@ export class Running {
   }
 
   /** One run through the guard: breaker open → `service_unavailable`; engine failures retried. */
-  private async runGuarded(row: ExecutionRow, signal: AbortSignal, adopt: boolean, log: Logger): Promise<Outcome> {
+  private async runGuarded(row: ExecutionRow, signal: AbortSignal, adopt: boolean, log: Logger, events: RunEventWriter): Promise<Outcome> {
     const { config, runtime, db, workerId } = this.o;
-    const jt = resolveJobType(this.o.registry, row.job_type);
+    // The build the record pinned at submission, even when the type was rebuilt since (issue #11).
+    const jt = pinnedJobType(this.o.registry, row.job_type, row.job_ref) ?? resolveJobType(this.o.registry, row.job_type);
     const spec: RunSpec = {
       executionId: row.id,
       code: row.code,
@@ -139,11 +159,24 @@ export class Running {
       maxStdoutBytes: config.max_stdout_bytes,
       maxArtifactBytes: config.max_artifact_bytes,
     };
+    log.info(
+      { job_type: jt.name, mode: row.mode, requirements: spec.requirements.length, ...(adopt ? { adopted: true } : {}) },
+      spec.requirements.length > 0 ? 'run starting; installing requirements first' : 'run starting',
+    );
     // The phase only matters to crash recovery of async runs (re-queue before user code started).
-    const onPhase = (phase: 'startup' | 'execution') => {
+    const onPhase = (phase: 'startup' | 'installing' | 'execution') => {
+      if (phase === 'installing') {
+        log.info({ requirements: spec.requirements }, 'installing requirements');
+        events.status('running', 'installing');
+      }
+      if (phase === 'execution') {
+        log.info('program started');
+        events.status('running', 'running');
+      }
       if (phase === 'execution' && row.mode === 'async') void updateExecutionIf(db.kysely, row.id, ['running'], { phase }, workerId).catch(() => {});
     };
-    const res = await this.o.guard.run(() => runtime.run(spec, { signal, onPhase, adopt }), {
+    const onOutput = (stream: 'stdout' | 'stderr', chunk: Uint8Array) => events.output(stream, chunk);
+    const res = await this.o.guard.run(() => runtime.run(spec, { signal, onPhase, onOutput, adopt }), {
       isEngineFailure,
       // Nothing to re-attach to says nothing about the engine: a restart adopting many lost runs must
       // not open the circuit for everyone.
@@ -170,7 +203,7 @@ export class Running {
       status: c.status,
       exit_code: c.exitCode,
       error: c.error ? JSON.stringify(c.error) : null,
-      output: c.output === null || c.output === undefined ? null : JSON.stringify(c.output),
+      output: c.output === null || c.output === undefined ? null : stringifyJson(c.output),
       stdout: JSON.stringify(raw?.stdout ?? ''),
       stderr: JSON.stringify(raw?.stderr ?? ''),
       stdout_truncated: raw?.stdoutTruncated ?? false,

@@ -4,7 +4,7 @@ import { describeRoute } from 'hono-openapi';
 import { AppError } from '../../errors.ts';
 import type { AppDeps, AppEnv } from '../deps.ts';
 import { errorResponses, jsonResponse, pathParam, queryValidator } from '../openapi.ts';
-import { DlqDeletedSchema, DlqPageSchema, DlqStatsSchema } from '../responses.ts';
+import { DlqDeletedSchema, DlqPageSchema, DlqStatsSchema, exactJson } from '../responses.ts';
 import { DlqQuery } from '../schemas.ts';
 
 /** Sub-app for `/dlq`, `/dlq/stats`, `DELETE /dlq/{id}`. */
@@ -30,7 +30,7 @@ export function dlqRoutes(deps: AppDeps) {
     queryValidator(DlqQuery),
     async (c) => {
       const q = c.req.valid('query');
-      return c.json(await history.dlqPage({ errorType: q.error_type, limit: q.limit, offset: q.offset }));
+      return exactJson(c, await history.dlqPage({ errorType: q.error_type, limit: q.limit, offset: q.offset }));
     },
   );
 

@@ -7,7 +7,7 @@ import { clientIp } from '../client-ip.ts';
 import type { AppDeps, AppEnv } from '../deps.ts';
 import { bodyValidator, errorResponses, jsonResponse } from '../openapi.ts';
 import * as v from 'valibot';
-import { ErrorSchema, IdempotencyConflictSchema, SubmissionSchema, SyncResultSchema, SyncUnavailableSchema } from '../responses.ts';
+import { ErrorSchema, exactJson, IdempotencyConflictSchema, SubmissionSchema, SyncResultSchema, SyncUnavailableSchema } from '../responses.ts';
 import { requestSchemas } from '../schemas.ts';
 
 /** Sub-app for `POST /execute` and `POST /execute/async`. */
@@ -42,9 +42,9 @@ export function executeRoutes(deps: AppDeps) {
       const error = row.error as { type?: string; message?: string } | null;
       // SPEC §7.3 rule 5: with the breaker open the job ends at once; the HTTP status says so too.
       if (error?.type === 'service_unavailable') {
-        return c.json({ ...view, detail: error.message, code: 'service_unavailable', correlation_id: c.get('correlationId') }, 503);
+        return exactJson(c, { ...view, detail: error.message, code: 'service_unavailable', correlation_id: c.get('correlationId') }, 503);
       }
-      return c.json(view);
+      return exactJson(c, view);
     },
   );
 

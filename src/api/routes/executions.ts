@@ -4,7 +4,7 @@ import { describeRoute } from 'hono-openapi';
 import { AppError } from '../../errors.ts';
 import type { AppDeps, AppEnv } from '../deps.ts';
 import { errorResponses, jsonResponse, pathParam, queryValidator } from '../openapi.ts';
-import { AnyRecordSchema, ExecutionsPageSchema } from '../responses.ts';
+import { AnyRecordSchema, ExecutionsPageSchema, exactJson } from '../responses.ts';
 import { ExecutionsQuery, ViewQuery } from '../schemas.ts';
 
 /** Sub-app for `GET /executions` and `GET /executions/{id}`. */
@@ -23,7 +23,7 @@ export function executionRoutes(deps: AppDeps) {
     queryValidator(ExecutionsQuery),
     async (c) => {
       const q = c.req.valid('query');
-      return c.json(await history.list({ status: q.status, jobType: q.job_type, limit: q.limit, offset: q.offset, full: q.view === 'full' }));
+      return exactJson(c, await history.list({ status: q.status, jobType: q.job_type, limit: q.limit, offset: q.offset, full: q.view === 'full' }));
     },
   );
 
@@ -42,7 +42,7 @@ export function executionRoutes(deps: AppDeps) {
       const { view } = c.req.valid('query');
       const row = await history.find(c.req.param('id'));
       if (!row) throw new AppError('not_found', `execution '${c.req.param('id')}' not found`);
-      return c.json(await history.recordOf(row, view === 'full'));
+      return exactJson(c, await history.recordOf(row, view === 'full'));
     },
   );
 

@@ -2,8 +2,9 @@
  * Health (SPEC §2.10, §4.10) plus two cheap probes for orchestrators:
  * `/livez` (the process answers; never depends on the engine or breaker) and `/readyz` (the database
  * answers and the service is not shutting down).
- * `/health` answers 200 when healthy and 503 when degraded (engine unavailable or breaker open),
- * always with the full health object.
+ * `/health` answers 200 when healthy and 503 when degraded (engine unavailable, a problem the runtime
+ * reports such as a failed preflight, breaker open, database down), always with the full health object
+ * and `reasons` saying why.
  */
 import { Hono } from 'hono';
 import { describeRoute } from 'hono-openapi';
@@ -21,15 +22,22 @@ export function healthRoutes(deps: AppDeps) {
       operationId: 'getHealth',
       tags: ['operations'],
       summary: 'Health',
-      description: 'Degraded when the sandbox engine is unavailable, the circuit breaker is open or the database does not answer.',
+      description: 'Degraded (with `reasons`) when the sandbox engine is unavailable or reports a problem (a failed preflight of run pods), the circuit breaker is open or the database does not answer.',
       responses: { 200: jsonResponse('Healthy', HealthSchema), 503: jsonResponse('Degraded', HealthSchema) },
     }),
     async (c) => {
       const [rt, counts] = await Promise.all([deps.runtime.health().catch(() => null), deps.history.queueCounts().catch(() => null)]);
       const breaker = deps.breaker.snapshot();
-      const degraded = !rt?.available || breaker.state === 'open' || counts === null;
+      const reasons = [
+        ...(!rt ? ['the runtime did not answer'] : !rt.available ? [`the sandbox engine is unavailable${rt.detail?.error ? `: ${String(rt.detail.error)}` : ''}`] : []),
+        ...(rt?.problems ?? []),
+        ...(breaker.state === 'open' ? ['the circuit breaker is open'] : []),
+        ...(counts === null ? ['the database does not answer'] : []),
+      ];
+      const degraded = reasons.length > 0;
       const body = {
         status: degraded ? 'degraded' : 'healthy',
+        reasons,
         docker_available: rt?.available ?? false,
         gvisor_available: rt?.gvisorAvailable ?? false,
         circuit_breaker: breaker,

@@ -14,7 +14,7 @@ import {
   AnyRecordSchema,
   FullRecordSchema,
   CancelSchema,
-
+  exactJson,
   JobStatusSchema,
   LineageSchema,
   NotReadySchema,
@@ -51,7 +51,7 @@ export function jobRoutes(deps: AppDeps) {
     async (c) => {
       const { view } = c.req.valid('query');
       const row = await mustGet(c.req.param('id'));
-      if (view === 'full') return c.json(await history.recordOf(row, true));
+      if (view === 'full') return exactJson(c, await history.recordOf(row, true));
       return c.json(history.statusOf(row));
     },
   );
@@ -76,7 +76,7 @@ export function jobRoutes(deps: AppDeps) {
       const id = c.req.param('id');
       let row = await mustGet(id);
       if (!isTerminal(row.status) && q.wait) row = (await deps.waiter.wait(id, q.timeout * 1000, c.req.raw.signal)) ?? row;
-      if (isTerminal(row.status)) return c.json(await history.recordOf(row, q.view === 'full'));
+      if (isTerminal(row.status)) return exactJson(c, await history.recordOf(row, q.view === 'full'));
       if (q.wait) {
         throw new AppError('wait_timeout', `job '${id}' did not finish within ${q.timeout} s; it is still ${row.status}`, {
           job_id: id,

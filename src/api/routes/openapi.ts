@@ -70,7 +70,7 @@ export function openapiRoutes(deps: AppDeps, root: () => Hono<AppEnv>) {
       responses: { 200: { description: 'The OpenAPI 3.1 document of this instance', content: { 'application/json': { schema: { type: 'object', description: 'An OpenAPI 3.1 document' } } } } },
     }),
     async (c) => {
-    doc ??= buildOpenApi(root(), deps.version).catch((err: unknown) => {
+    doc ??= buildOpenApi(root(), deps.version, deps.tokens?.enabled ?? false).catch((err: unknown) => {
       doc = undefined;
       throw err;
     });

@@ -1,6 +1,6 @@
 /**
  * `GET /pool/stats` (SPEC §4.11, shape ours): this process's worker slots, the shared queue's depth
- * and age, and per-job-type counts.
+ * and age, per-job-type counts, and the runtime's warm sandboxes per job type (issue 10).
  */
 import { Hono } from 'hono';
 import { describeRoute } from 'hono-openapi';
@@ -22,6 +22,7 @@ export function poolRoutes(deps: AppDeps) {
         queue: { queued: q.queued, running: q.running, max_queue_size: deps.config.max_queue_size, oldest_queued_age_ms: q.oldest_queued_age_ms },
         by_job_type: q.by_job_type,
         breaker: deps.breaker.snapshot().state,
+        warm: deps.runtime.warmPoolStats?.() ?? [],
       });
     },
   );

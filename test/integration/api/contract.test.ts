@@ -145,6 +145,9 @@ describe('every operation answers as the document says', () => {
     await check('get', '/jobs/{id}/result', await get(`/jobs/${slow.job_id}/result?wait=true&timeout=1`));
     await check('get', '/jobs/{id}/result', await get(`/jobs/${slow.job_id}/result?wait=maybe`));
     await check('get', '/jobs/{id}/result', await get('/jobs/nope/result'));
+    await check('get', '/jobs/{id}/events', await get(`/jobs/${done}/events`));
+    await check('get', '/jobs/{id}/events', await get(`/jobs/${done}/events`, { 'Last-Event-ID': 'x' }));
+    await check('get', '/jobs/{id}/events', await get('/jobs/nope/events'));
     await untilRunning(slow.job_id);
     expect((await check('post', '/jobs/{id}/cancel', await post(`/jobs/${slow.job_id}/cancel`))).status).toBe('cancelled');
     await check('post', '/jobs/{id}/cancel', await post(`/jobs/${done}/cancel`));
@@ -195,11 +198,17 @@ describe('every operation answers as the document says', () => {
     await check('get', '/executions/{id}', await get('/executions/nope'));
   });
 
-  it('job types: list, one, 404; build 501 and 404', async () => {
+  it('job types: list, one, 404; build, its records, 400 and 404', async () => {
     expect((await check('get', '/job-types', await get('/job-types'))).map((t: J) => t.name)).toEqual(['data', 'default', 'http']);
     await check('get', '/job-types/{name}', await get('/job-types/default'));
     await check('get', '/job-types/{name}', await get('/job-types/nope'));
-    await check('post', '/job-types/{name}/build', await post('/job-types/default/build'));
+    const built = await check('post', '/job-types/{name}/build', await post('/job-types/default/build'));
+    expect(built.status).toBe('built');
+    await check('get', '/job-types/{name}', await get('/job-types/default'));
+    await check('get', '/job-types/{name}/builds', await get('/job-types/default/builds'));
+    await check('get', '/job-types/{name}/builds/{id}', await get(`/job-types/default/builds/${built.id}`));
+    await check('get', '/job-types/{name}/builds/{id}', await get('/job-types/default/builds/nope'));
+    await check('post', '/job-types/{name}/build', await post('/job-types/default/build?version_tag=not-semver'));
     await check('post', '/job-types/{name}/build', await post('/job-types/nope/build'));
   });
 

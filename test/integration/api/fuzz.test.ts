@@ -12,8 +12,10 @@
  * `SANDPOD_FUZZ_SEED` picks the seed (default fixed, so CI is reproducible); a failure prints the
  * seed and path to replay it.
  */
+import { createHash } from 'node:crypto';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { canonical, parseJson } from '../../../src/util/json.ts';
 import { startTestService, type TestService } from '../../support/service.ts';
 
 const SCALE = Math.max(1, Number(process.env.SANDPOD_FUZZ_RUNS ?? 1));
@@ -83,8 +85,43 @@ const { json: jsonValue } = fc.letrec<{ json: unknown; obj: Record<string, unkno
   }),
 }));
 
+/**
+ * JSON number texts a double cannot hold or spells another way: integers far beyond 2^53, decimals
+ * with more digits than a double keeps, exponents out of a double's range, `1.0`, `1E+2`, `-0`.
+ */
+const digits = (max: number) => fc.string({ unit: fc.constantFrom(...'0123456789'), minLength: 1, maxLength: max });
+const intText = fc.oneof(fc.bigInt({ min: -(10n ** 40n), max: 10n ** 40n }).map(String), fc.constantFrom('0', '-0', '9007199254740993', '-9007199254740993'));
+const numberText = fc.oneof(
+  intText,
+  fc.tuple(intText, digits(40)).map(([i, f]) => `${i}.${f}`),
+  fc.tuple(fc.oneof(intText, fc.tuple(intText, digits(20)).map(([i, f]) => `${i}.${f}`)), fc.constantFrom('e', 'E', 'e+', 'E-', 'e-'), fc.integer({ min: 0, max: 400 })).map(([m, e, x]) => `${m}${e}${x}`),
+  fc.constantFrom('1.0', '100.00', '1e2', '1E+2', '-0.0', '0e0', '123456789012345678901234567890', '0.1000000000000000055511151231257827', '1e400', '-1e-400'),
+  fc.double({ noNaN: true, noDefaultInfinity: true }).map(String),
+);
+const space = fc.constantFrom('', ' ', '\n', '\t', ' \r\n  ');
+/** A JSON value as sent (keys in any order, any spacing) and its canonical text (keys sorted, numbers verbatim). */
+type Texts = { sent: string; canon: string };
+const byKey = ([a]: [string, Texts], [b]: [string, Texts]) => (a < b ? -1 : a > b ? 1 : 0);
+const { object: exactObject } = fc.letrec<{ value: Texts; object: Texts }>((tie) => ({
+  value: fc.oneof(
+    { depthSize: 'small', withCrossShrink: true },
+    numberText.map((n) => ({ sent: n, canon: n })),
+    fc.oneof(nastyString.map((x) => JSON.stringify(x)), fc.constantFrom('true', 'false', 'null')).map((t) => ({ sent: t, canon: t })),
+    fc.tuple(fc.array(tie('value'), { maxLength: 4 }), space).map(([items, sp]) => ({
+      sent: `[${sp}${items.map((i) => i.sent).join(`${sp},`)}]`,
+      canon: `[${items.map((i) => i.canon).join(',')}]`,
+    })),
+    tie('object'),
+  ),
+  object: fc.tuple(fc.uniqueArray(fc.tuple(anyKey, tie('value')), { maxLength: 4, selector: ([k]) => k }), space).map(([entries, sp]) => ({
+    sent: `{${sp}${entries.map(([k, v]) => `${JSON.stringify(k)}${sp}:${sp}${v.sent}`).join(`,${sp}`)}${sp}}`,
+    canon: `{${[...entries].sort(byKey).map(([k, v]) => `${JSON.stringify(k)}:${v.canon}`).join(',')}}`,
+  })),
+}));
+
 /** Raw JSON texts no JSON.stringify produces: deep nesting, huge literals, duplicate keys, garbage. */
 const rawInputText = fc.oneof(
+  exactObject.map((t) => t.sent),
   fc.integer({ min: 1, max: 20_000 }).map((d) => `${'{"a":'.repeat(d)}1${'}'.repeat(d)}`),
   fc.integer({ min: 1, max: 20_000 }).map((d) => `{"x":${'['.repeat(d)}${']'.repeat(d)}}`),
   fc.constantFrom(
@@ -208,6 +245,28 @@ describe('fuzzing every endpoint (fast-check)', () => {
         expect(sortedJson((rec.body as J).input_data), text.slice(0, 200)).toBe(sortedJson(JSON.parse(text).input_data));
       }),
       { numRuns: runs(200), seed: SEED + 1 },
+    );
+  });
+
+  it('numbers keep their exact text from the request to /input/data.json, the record and input_hash', async () => {
+    await fc.assert(
+      fc.asyncProperty(exactObject, async ({ sent, canon }) => {
+        const text = `{"code":"print(1)","input_data":${sent}}`;
+        const r = await check(await request('POST', '/execute/async', { body: text, headers: { 'content-type': 'application/json' } }), `POST /execute/async ${text.slice(0, 200)}`);
+        expect(r.status, text.slice(0, 300)).toBe(202);
+        noteAccepted(r);
+        const id = (r.body as J).job_id as string;
+        // The file the program would read: byte for byte the canonical text built here.
+        const file = await request('GET', `/jobs/${id}/artifacts/_input.json`);
+        expect(await file.text(), text.slice(0, 300)).toBe(canon);
+        // The record, read with its numbers kept, is the same value; input_hash hashes that text.
+        const res = await request('GET', `/jobs/${id}?view=full`);
+        await check(res.clone(), `GET /jobs/${id}`);
+        const record = parseJson(await res.text()) as J;
+        expect(canonical(record.input_data), text.slice(0, 300)).toBe(canon);
+        expect(record.input_hash).toBe(createHash('sha256').update(canon, 'utf8').digest('hex'));
+      }),
+      { numRuns: runs(200), seed: SEED + 4 },
     );
   });
 

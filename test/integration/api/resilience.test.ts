@@ -3,8 +3,8 @@
  * the real local runtime, wrapped so a test can make it fail like an unreachable engine.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Runtime } from '../../../src/runtime/runtime.ts';
 import { startTestService, type TestService } from '../../support/service.ts';
+import { withRun } from '../../support/runtime-wrap.ts';
 
 type J = Record<string, any>;
 
@@ -20,18 +20,11 @@ describe('circuit breaker, retries and the dead letter queue', () => {
         now: () => Date.now() + offset,
         runtime: async (real) => {
           const r = await real();
-          const wrapped: Runtime = {
-            name: r.name,
-            start: () => r.start(),
-            stop: () => r.stop(),
-            health: () => r.health(),
-            run: (spec, opts) => {
-              calls++;
-              if (failing) return Promise.reject(Object.assign(new Error('connect ECONNREFUSED /run/engine.sock'), { code: 'ECONNREFUSED' }));
-              return r.run(spec, opts);
-            },
-          };
-          return wrapped;
+          return withRun(r, (spec, opts) => {
+            calls++;
+            if (failing) return Promise.reject(Object.assign(new Error('connect ECONNREFUSED /run/engine.sock'), { code: 'ECONNREFUSED' }));
+            return r.run(spec, opts);
+          });
         },
       },
     );

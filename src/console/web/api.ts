@@ -1,0 +1,306 @@
+/**
+ * The console's calls to the service: small typed wrappers over fetch, one per endpoint it uses
+ * (docs/api.md). The shapes here are the subset the pages read; the typed client generated from
+ * /openapi.json (src/client) can replace them without touching the pages.
+ *
+ * Every URL is relative to the page (`/ui` → `/`), so the console works behind a path prefix.
+ * With authentication on, the bearer token the user typed is kept in sessionStorage (this tab only,
+ * gone when it closes) and sent as `Authorization` on every call; a 401 asks for it again.
+ */
+
+import { LosslessNumber, parse as parseLossless, stringify as stringifyLossless } from 'lossless-json';
+
+export type RecordStatus = 'queued' | 'running' | 'succeeded' | 'failed' | 'timeout' | 'oom' | 'cancelled';
+export const RECORD_STATUSES: readonly RecordStatus[] = ['queued', 'running', 'succeeded', 'failed', 'timeout', 'oom', 'cancelled'];
+export const isTerminal = (s: string): boolean => s !== 'queued' && s !== 'running' && s !== 'pending';
+
+export interface RunError {
+  type: string;
+  message: string;
+  phase?: string;
+}
+export interface Timing {
+  startup_ms: number | null;
+  dep_install_ms: number | null;
+  execution_ms: number | null;
+  total_ms: number | null;
+  phase_at_exit: string;
+}
+export interface Artifact {
+  name: string;
+  size_bytes: number;
+  sha256: string;
+  content_type: string;
+  skipped?: string;
+}
+export interface RunRecord {
+  execution_id: string;
+  job_id: string;
+  status: RecordStatus;
+  job_type: string;
+  job_version: string;
+  created_at: string;
+  started_at: string | null;
+  ended_at: string | null;
+  duration_ms: number | null;
+  exit_code: number | null;
+  stdout: string;
+  stderr: string;
+  output: unknown;
+  error: RunError | null;
+  timing: Timing | null;
+  // view=full
+  artifacts?: Artifact[];
+  input_artifacts?: Artifact[];
+  input_data?: unknown;
+  resource_usage?: { max_rss_mb: number; cpu_time_ms: number; wall_time_ms: number } | null;
+  parent_execution_id?: string | null;
+  relationship?: 'rerun' | 'fork' | null;
+  stdout_truncated?: boolean;
+  stderr_truncated?: boolean;
+  timeout?: number;
+  startup_timeout?: number;
+  requirements?: string[];
+  job_ref?: string;
+}
+export interface JobStatus {
+  job_id: string;
+  status: RecordStatus;
+  job_type: string;
+  created_at: string;
+  started_at: string | null;
+  ended_at: string | null;
+}
+export interface Page<T> {
+  items: T[];
+  limit: number;
+  offset: number;
+  has_more: boolean;
+  count: number;
+}
+export interface JobType {
+  name: string;
+  requirements: string[];
+  python_version: string;
+  memory_limit: string;
+  cpu_limit: number;
+  timeout: number;
+  image_exists: boolean;
+  network: { mode: string; allowed_hosts: string[] };
+  version: string;
+}
+export interface Submission {
+  job_id: string;
+  status: string;
+  job_type: string;
+  created_at: string;
+}
+export interface SubmitRequest {
+  code: string;
+  /** The input as the user wrote it (JSON object text), sent verbatim so its numbers keep their digits. */
+  input_json?: string;
+  job_type?: string;
+  requirements?: string[];
+  timeout?: number;
+}
+export interface DlqEntry {
+  id: number;
+  job_id: string;
+  job_data: { code: string; input_data: unknown; job_type: string; [k: string]: unknown };
+  error_type: string;
+  error_message: string;
+  retry_count: number;
+  created_at: string;
+  client_ip: string | null;
+  correlation_id: string | null;
+}
+export interface DlqStats {
+  total: number;
+  by_error_type: Record<string, number>;
+}
+export interface Health {
+  status: 'healthy' | 'degraded';
+  reasons: string[];
+  docker_available: boolean;
+  gvisor_available: boolean;
+  circuit_breaker: { state: string; failure_count: number; success_count: number; last_failure: string | null };
+  version: string;
+  production_mode: boolean;
+  queue_stats: { pending: number; running: number; max_workers: number; max_queue_size: number };
+  runtime: string;
+  sandbox: { engine: string; isolated: boolean; limits: string; security_mode: string; warning?: string; detail?: Record<string, unknown> };
+  database: { kind: string; available: boolean };
+}
+export interface PoolStats {
+  worker_id: string;
+  slots: { size: number; busy: number; free: number; waiting_sync: number };
+  queue: { queued: number; running: number; max_queue_size: number; oldest_queued_age_ms: number | null };
+  by_job_type: Record<string, { queued: number; running: number }>;
+  breaker: string;
+}
+
+/** An answer that was not a success: the service's error body when it sent one. */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    detail: string,
+  ) {
+    super(detail);
+  }
+}
+
+const TOKEN_KEY = 'sandpod.token';
+
+/** The token this tab uses, if any. */
+export function getToken(): string | null {
+  try {
+    return sessionStorage.getItem(TOKEN_KEY);
+  } catch {
+    return null;
+  }
+}
+
+/** Keeps (or with null forgets) the token for this tab. */
+export function setToken(token: string | null): void {
+  if (token) sessionStorage.setItem(TOKEN_KEY, token);
+  else sessionStorage.removeItem(TOKEN_KEY);
+  for (const l of authListeners) l('token');
+}
+
+/** What changed: the token itself, or whether the service wants one. */
+export type AuthChange = 'token' | 'required';
+const authListeners = new Set<(what: AuthChange) => void>();
+let authRequired = false;
+
+/** Whether the service has answered 401 since the token last changed. */
+export const needsToken = (): boolean => authRequired;
+
+/** Calls `l` when a call was refused for want of a (valid) token, or the token changed. */
+export function onAuthChange(l: (what: AuthChange) => void): () => void {
+  authListeners.add(l);
+  return () => authListeners.delete(l);
+}
+
+/** The absolute URL of an API path (given without a leading slash), relative to the page. */
+export function apiUrl(path: string, query?: Record<string, string | number | undefined>): string {
+  const url = new URL(path.replace(/^\//, ''), document.baseURI);
+  for (const [k, v] of Object.entries(query ?? {})) if (v !== undefined && v !== '') url.searchParams.set(k, String(v));
+  return url.href;
+}
+
+/** Headers for a call: the token when one is set. */
+export function authHeaders(extra: Record<string, string> = {}): Record<string, string> {
+  const token = getToken();
+  return token ? { ...extra, Authorization: `Bearer ${token}` } : extra;
+}
+
+/** Reads an error answer into an ApiError (and notes a 401). */
+export async function toApiError(res: Response): Promise<ApiError> {
+  let code = 'http_error';
+  let detail = `${res.status} ${res.statusText}`;
+  try {
+    const body = (await res.json()) as { code?: unknown; detail?: unknown };
+    if (typeof body.code === 'string') code = body.code;
+    if (typeof body.detail === 'string') detail = body.detail;
+  } catch {
+    // not JSON: keep the status line
+  }
+  if (res.status === 401 && !authRequired) {
+    authRequired = true;
+    for (const l of authListeners) l('required');
+  }
+  return new ApiError(res.status, code, detail);
+}
+
+/**
+ * One call. `accept` lists statuses whose JSON body is an answer rather than an error (503 for a
+ * degraded /health, which still carries the health body).
+ */
+export async function call<T>(method: string, path: string, opts: { query?: Record<string, string | number | undefined>; body?: unknown; accept?: number[]; signal?: AbortSignal; exact?: boolean } = {}): Promise<T> {
+  const init: RequestInit = { method, headers: authHeaders(opts.body === undefined ? {} : { 'Content-Type': 'application/json' }) };
+  if (opts.body !== undefined) init.body = opts.body instanceof RawJson ? opts.body.text : JSON.stringify(opts.body);
+  if (opts.signal) init.signal = opts.signal;
+  const res = await fetch(apiUrl(path, opts.query), init);
+  if (!res.ok && !(opts.accept ?? []).includes(res.status)) throw await toApiError(res);
+  if (authRequired) {
+    authRequired = false;
+    for (const l of authListeners) l('required');
+  }
+  return (opts.exact ? parseExact(await res.text()) : await res.json()) as T;
+}
+
+/**
+ * Parses JSON keeping every number's text: small integers become numbers (counts, sizes, times),
+ * any other number a LosslessNumber, so `12345678901234567890` or `1.0` in a run's input or output is
+ * shown as it was written (docs/api.md, "What is kept exactly"), not as JavaScript rounds it.
+ */
+export function parseExact(text: string): unknown {
+  return parseLossless(text, null, (s) => (/^-?\d{1,15}$/.test(s) ? Number(s) : new LosslessNumber(s)));
+}
+
+/** Shows a JSON value (parsed by parseExact) with its numbers as they were written. */
+export function showJson(value: unknown): string {
+  return stringifyLossless(value, null, 2) ?? 'undefined';
+}
+
+const enc = encodeURIComponent;
+
+/** A request body already written as JSON text. */
+class RawJson {
+  constructor(readonly text: string) {}
+}
+
+/** The body of a submission: the input's text goes in as it is (checked to be a JSON object first). */
+export function submissionBody(req: SubmitRequest): string {
+  const { input_json, ...rest } = req;
+  const fields = JSON.stringify(rest).slice(1, -1);
+  const input = input_json?.trim();
+  if (!input) return `{${fields}}`;
+  const parsed = parseExact(input);
+  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error('the input must be a JSON object, like {"name": "world"}');
+  return `{${fields},"input_data":${input}}`;
+}
+
+export const api = {
+  executions: (q: { status?: string; job_type?: string; limit?: number; offset?: number }, signal?: AbortSignal) =>
+    call<Page<RunRecord>>('GET', 'executions', { query: q, ...(signal ? { signal } : {}) }),
+  job: (id: string) => call<JobStatus>('GET', `jobs/${enc(id)}`),
+  record: (id: string) => call<RunRecord>('GET', `executions/${enc(id)}`, { query: { view: 'full' }, exact: true }),
+  submit: (req: SubmitRequest) => call<Submission>('POST', 'execute/async', { body: new RawJson(submissionBody(req)) }),
+  cancel: (id: string) => call<{ status: string; message: string }>('POST', `jobs/${enc(id)}/cancel`, { accept: [202] }),
+  rerun: (id: string) => call<{ job_id: string }>('POST', `jobs/${enc(id)}/rerun`),
+  jobTypes: () => call<JobType[]>('GET', 'job-types'),
+  dlq: (q: { error_type?: string; limit?: number; offset?: number }) => call<Page<DlqEntry>>('GET', 'dlq', { query: q }),
+  dlqStats: () => call<DlqStats>('GET', 'dlq/stats'),
+  dlqDelete: (id: number) => call<{ id: number; deleted: true }>('DELETE', `dlq/${id}`),
+  health: () => call<Health>('GET', 'health', { accept: [503] }),
+  pool: () => call<PoolStats>('GET', 'pool/stats'),
+  artifactUrl: (id: string, name: string) => apiUrl(`jobs/${enc(id)}/artifacts/${enc(name)}`),
+  /** An artifact's text (for the submitted code and input). */
+  async artifactText(id: string, name: string): Promise<string> {
+    const res = await fetch(api.artifactUrl(id, name), { headers: authHeaders() });
+    if (!res.ok) throw await toApiError(res);
+    return res.text();
+  },
+};
+
+/**
+ * Saves an artifact as a file. Without a token a plain link does it (the browser streams the file);
+ * with one, a link cannot carry the header, so the bytes are fetched and handed over as a blob.
+ */
+export async function downloadArtifact(id: string, name: string): Promise<void> {
+  const res = await fetch(api.artifactUrl(id, name), { headers: authHeaders() });
+  if (!res.ok) throw await toApiError(res);
+  const url = URL.createObjectURL(await res.blob());
+  try {
+    const a = document.createElement('a');
+    a.href = url;
+    a.download = name;
+    document.body.append(a);
+    a.click();
+    a.remove();
+  } finally {
+    setTimeout(() => URL.revokeObjectURL(url), 60_000);
+  }
+}

@@ -1,0 +1,31 @@
+/**
+ * Headless Chromium for the console tests: Debian's `chromium` package (installed with the sandbox
+ * packages from .ci/apt-packages.txt by `make system-deps` and CI), driven by playwright-core. No
+ * browser is ever downloaded. Where it is missing the suite skips visibly, except in CI (`CI=true`),
+ * where a missing browser is a failure.
+ */
+import { existsSync } from 'node:fs';
+import { chromium, type Browser } from 'playwright-core';
+import { describe, expect, it } from 'vitest';
+
+/** The browser binary (SANDPOD_CHROMIUM overrides). */
+export const CHROMIUM = process.env.SANDPOD_CHROMIUM ?? '/usr/bin/chromium';
+
+/** `describe` that runs `body` only where Chromium is installed. */
+export function describeWithChromium(title: string, body: () => void): void {
+  const installed = existsSync(CHROMIUM);
+  if (!installed && process.env.CI === 'true') {
+    describe(title, () => {
+      it('chromium is installed (CI installs it from .ci/apt-packages.txt)', () => {
+        expect(installed, `${CHROMIUM} is missing`).toBe(true);
+      });
+    });
+    return;
+  }
+  describe.skipIf(!installed)(`${title} (chromium ${installed ? 'present' : 'NOT INSTALLED: skipped'})`, body);
+}
+
+/** Launches headless Chromium. */
+export function launchChromium(): Promise<Browser> {
+  return chromium.launch({ executablePath: CHROMIUM, headless: true });
+}
