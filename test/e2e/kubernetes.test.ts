@@ -12,12 +12,11 @@
  * set, NUL kept, invalid UTF-8 as U+FFFD).
  */
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { KubeConfig, KubernetesObjectApi, type KubernetesObject } from '@kubernetes/client-node';
+import { KubeConfig, type KubernetesObject } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import YAML from 'yaml';
 import { parseConfig, type Config } from '../../src/config.ts';
 import { classify } from '../../src/executions/classify.ts';
 import { KubernetesJobTypeRegistry } from '../../src/jobtypes/kubernetes-registry.ts';
@@ -25,6 +24,7 @@ import { readStream } from '../../src/runtime/local/collect.ts';
 import { createKubernetesRuntime } from '../../src/runtime/kubernetes/index.ts';
 import { jobNameFor } from '../../src/runtime/kubernetes/names.ts';
 import type { Runtime, RunSpec } from '../../src/runtime/runtime.ts';
+import { applyObjects, manifestObjects } from '../support/kube-apply.ts';
 
 const KUBECONFIG = process.env.SANDPOD_E2E_KUBECONFIG;
 const IMAGE = process.env.SANDPOD_E2E_IMAGE ?? 'ghcr.io/sandpod/executor:0.1.0';
@@ -44,29 +44,10 @@ function decodedLocally(bytes: Buffer, cap: number): { text: string; truncated: 
 const RUNS_NS = 'sandpod-e2e-jobs';
 
 function manifests(): KubernetesObject[] {
-  const files = [
+  return manifestObjects([
     ...readdirSync(new URL('../../crds/', import.meta.url)).filter((f) => f.endsWith('.yaml')).map((f) => new URL(`../../crds/${f}`, import.meta.url)),
     ...['namespaces.yaml', 'runtimeclass.yaml', 'jobtypes.yaml'].map((f) => new URL(`./manifests/${f}`, import.meta.url)),
-  ];
-  return files.flatMap((u) => YAML.parseAllDocuments(readFileSync(u, 'utf8')).map((d) => d.toJS() as KubernetesObject)).filter(Boolean);
-}
-
-async function apply(kc: KubeConfig, objs: KubernetesObject[]): Promise<void> {
-  const client = KubernetesObjectApi.makeApiClient(kc);
-  for (const obj of objs) {
-    // The JobType kind is served only once its CRD is established.
-    for (let attempt = 0; ; attempt++) {
-      try {
-        const existing = await client.read(obj as never).catch(() => null);
-        if (existing) await client.replace({ ...obj, metadata: { ...obj.metadata, resourceVersion: existing.metadata?.resourceVersion } } as never);
-        else await client.create(obj);
-        break;
-      } catch (err) {
-        if (attempt >= 20) throw err;
-        await new Promise((r) => setTimeout(r, 1000));
-      }
-    }
-  }
+  ]);
 }
 
 describe.skipIf(!KUBECONFIG)('kubernetes e2e (needs SANDPOD_E2E_KUBECONFIG and SANDPOD_E2E_IMAGE; skipped without them)', () => {
@@ -102,12 +83,12 @@ describe.skipIf(!KUBECONFIG)('kubernetes e2e (needs SANDPOD_E2E_KUBECONFIG and S
   beforeAll(async () => {
     kc = new KubeConfig();
     kc.loadFromFile(KUBECONFIG!);
-    await apply(kc, manifests());
+    await applyObjects(kc, manifests());
     config = parseConfig(
       {
         runtime: 'kubernetes',
         security_mode: GVISOR ? 'strict' : 'permissive',
-        kubernetes: { namespace: NS, runs_namespace: RUNS_NS, instance, runtime_class: GVISOR ? 'gvisor-e2e' : 'no-such-runtime-class', executor_image: IMAGE, ttl_seconds_after_finished: 120 },
+        kubernetes: { namespace: NS, runs_namespace: RUNS_NS, instance, runtime_class: GVISOR ? 'gvisor-e2e' : 'no-such-runtime-class', executor_image: IMAGE, ttl_seconds_after_finished: 120, preflight: false },
       },
       {},
     );
@@ -120,6 +101,24 @@ describe.skipIf(!KUBECONFIG)('kubernetes e2e (needs SANDPOD_E2E_KUBECONFIG and S
     await rt?.stop();
     await registry?.stop();
   });
+
+  it('preflight: the canary runs as a run pod does and passes (threads, select, subprocess)', async () => {
+    const withPreflight = parseConfig({ ...JSON.parse(JSON.stringify(config)), kubernetes: { ...config.kubernetes, preflight: true } }, {});
+    const r = createKubernetesRuntime(withPreflight, { kubeConfig: kc, tuning: { healthCacheMs: 0 } });
+    await r.start();
+    try {
+      let pf: { status?: string; checks?: Record<string, unknown> } | undefined;
+      for (let i = 0; i < 240; i++) {
+        pf = (await r.health()).detail?.preflight as typeof pf;
+        if (pf?.status !== 'running') break;
+        await new Promise((res) => setTimeout(res, 500));
+      }
+      expect(pf).toEqual({ status: 'passed', checks: { threads: true, select: true, subprocess: true } });
+      expect((await r.health()).problems).toBeUndefined();
+    } finally {
+      await r.stop();
+    }
+  }, 180_000);
 
   it('reports health from the cluster', async () => {
     const h = await rt.health();
@@ -152,6 +151,37 @@ describe.skipIf(!KUBECONFIG)('kubernetes e2e (needs SANDPOD_E2E_KUBECONFIG and S
     expect(raw.artifacts.find((a) => a.name === 'notes.txt')?.data?.toString()).toBe('artifact');
     expect(raw.report).toMatchObject({ exit_code: 0 });
     expect(phases).toEqual(['execution']);
+  }, 300_000);
+
+  it('live output: the main container log is followed; the first chunk arrives while the program still runs', async () => {
+    const got: { stream: string; text: string; at: number }[] = [];
+    let resolvedAt = 0;
+    const raw = await rt
+      .run(spec('import sys, time\nprint("first", flush=True)\nprint("oops", file=sys.stderr, flush=True)\ntime.sleep(3)\nprint("second")'), {
+        onOutput: (stream, c) => got.push({ stream, text: Buffer.from(c).toString('utf8'), at: Date.now() }),
+      })
+      .finally(() => (resolvedAt = Date.now()));
+    expect(raw.stdout).toBe('first\nsecond\n');
+    const text = got.map((g) => g.text).join('');
+    // The pod log API merges the streams: everything arrives as stdout, in the order written.
+    expect(new Set(got.map((g) => g.stream))).toEqual(new Set(['stdout']));
+    expect(text).toBe('first\noops\nsecond\n');
+    const first = got.find((g) => g.text.includes('first'))!;
+    expect(resolvedAt - first.at).toBeGreaterThan(2000);
+  }, 300_000);
+
+  it('requests vs limits: run pods request a fraction of their limits (Burstable); requests equal to limits are Guaranteed', async () => {
+    const core = kc.makeApiClient((await import('@kubernetes/client-node')).CoreV1Api);
+    const podOf = async (s: RunSpec) => (await core.listNamespacedPod({ namespace: RUNS_NS, labelSelector: `job-name=${jobNameFor(s.executionId)}` })).items[0];
+    const burstable = spec('print("b")');
+    const guaranteed = spec('print("g")', { jobTypeName: 'guaranteed' });
+    for (const s of [burstable, guaranteed]) expect((await rt.run(s)).stdout).toBe(s === burstable ? 'b\n' : 'g\n');
+    const b = await podOf(burstable);
+    const g = await podOf(guaranteed);
+    // The API server's own QoS verdict on what buildJob asked for.
+    expect(b?.status?.qosClass).toBe('Burstable');
+    expect(b?.spec?.containers.find((c) => c.name === 'main')?.resources).toMatchObject({ requests: { cpu: '125m', memory: '128Mi' }, limits: { cpu: '500m', memory: '256Mi' } });
+    expect(g?.status?.qosClass).toBe('Guaranteed');
   }, 300_000);
 
   it('gives user code a clean environment (nothing from Kubernetes, PID 1 included)', async () => {
@@ -271,4 +301,67 @@ describe.skipIf(!KUBECONFIG)('kubernetes e2e (needs SANDPOD_E2E_KUBECONFIG and S
       await second.stop();
     }
   }, 300_000);
+  describe('warm pool (issue 10)', () => {
+    const warmRuntime = async (inst: string): Promise<Runtime> => {
+      const cfg = parseConfig({ ...JSON.parse(JSON.stringify(config)), kubernetes: { ...config.kubernetes, instance: inst, warm_pool_size: 2 } }, {});
+      const r = createKubernetesRuntime(cfg, { kubeConfig: kc, jobTypes: () => registry.list().filter((t) => t.name === 'default'), tuning: { poolIntervalMs: 500 } });
+      await r.start();
+      return r;
+    };
+    // Pool Jobs outlive a stopped runtime (a restart adopts them): these instances are gone for good.
+    afterAll(async () => {
+      const { BatchV1Api } = await import('@kubernetes/client-node');
+      const batch = kc.makeApiClient(BatchV1Api);
+      for (const inst of [`${instance}-w`, `${instance}-race`]) {
+        await batch.deleteCollectionNamespacedJob({ namespace: RUNS_NS, labelSelector: `sandpod.io/instance=${inst}`, propagationPolicy: 'Background' }).catch(() => undefined);
+      }
+    });
+    const readyIdle = (r: Runtime) => r.warmPoolStats!().find((x) => x.job_type === 'default')?.ready ?? 0;
+    const waitReady = async (r: Runtime, n: number) => {
+      for (let i = 0; i < 240 && readyIdle(r) < n; i++) await new Promise((res) => setTimeout(res, 500));
+      expect(readyIdle(r)).toBeGreaterThanOrEqual(n);
+    };
+
+    it('a run claims a ready pool pod: labels on the pod, code and input by attach, startup near 0, never reused', async () => {
+      const r = await warmRuntime(`${instance}-w`);
+      try {
+        await waitReady(r, 2);
+        const s = spec('import json, os\nopen("/tmp/mark", "w").write("x")\nprint("warm", json.load(open("/input/data.json"))["n"])');
+        const raw = await r.run(s);
+        expect(raw.observation).toMatchObject({ exitCode: 0, phase: 'completed', infraError: null });
+        expect(raw.stdout).toBe('warm 3\n');
+        expect(raw.observation.startupMs).toBeLessThan(1000);
+        const api = (r as unknown as { internals: { api: { listPods(ns: string, sel: string): Promise<{ items: { metadata?: { name?: string } }[] }> } } }).internals.api;
+        const pods = await api.listPods(RUNS_NS, `sandpod.io/execution-id=${s.executionId}`);
+        expect(pods.items).toHaveLength(1);
+        expect(pods.items[0]!.metadata?.name).toMatch(/^sp-w-/);
+        expect(r.warmPoolStats!().find((x) => x.job_type === 'default')).toMatchObject({ hits: 1 });
+        await waitReady(r, 1);
+        const next = await r.run(spec('import os\nprint(os.path.exists("/tmp/mark"))'));
+        expect(next.stdout).toBe('False\n');
+      } finally {
+        await r.stop();
+      }
+    }, 300_000);
+
+    it('two runtime instances on one pool never claim the same pod', async () => {
+      const inst = `${instance}-race`;
+      const one = await warmRuntime(inst);
+      const two = await warmRuntime(inst);
+      try {
+        await waitReady(one, 2);
+        await waitReady(two, 2);
+        const specs = [spec('print(1)'), spec('print(2)')];
+        const raws = await Promise.all([one.run(specs[0]!), two.run(specs[1]!)]);
+        expect(raws.map((x) => x.stdout)).toEqual(['1\n', '2\n']);
+        const api = (one as unknown as { internals: { api: { listPods(ns: string, sel: string): Promise<{ items: { metadata?: { name?: string } }[] }> } } }).internals.api;
+        const names = await Promise.all(specs.map(async (x) => (await api.listPods(RUNS_NS, `sandpod.io/execution-id=${x.executionId}`)).items.map((p) => p.metadata?.name)));
+        expect(names.every((n) => n.length === 1)).toBe(true);
+        expect(names[0]![0]).not.toBe(names[1]![0]);
+      } finally {
+        await one.stop();
+        await two.stop();
+      }
+    }, 300_000);
+  });
 });

@@ -65,12 +65,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/* Secret and key holding SVC_DATABASE_URL; fails when no database is configured. */}}
 {{- define "sandpod.databaseSecretName" -}}
-{{- if .Values.database.existingSecret }}
+{{- if .Values.postgresql.enabled }}
+{{- include "sandpod.trialDbName" . }}
+{{- else if .Values.database.existingSecret }}
 {{- .Values.database.existingSecret }}
 {{- else if .Values.database.url }}
 {{- printf "%s-database" (include "sandpod.fullname" .) }}
 {{- else }}
-{{- fail "sandpod needs PostgreSQL in a cluster (PGlite is for the embedded default only): set database.url (stored in a chart-owned Secret) or database.existingSecret (with database.existingSecretKey, default \"url\")" }}
+{{- fail "sandpod needs PostgreSQL in a cluster (PGlite is for the embedded default only): set database.url (stored in a chart-owned Secret) or database.existingSecret (with database.existingSecretKey, default \"url\"), or postgresql.enabled=true for a trial database (not for production)" }}
 {{- end }}
 {{- end }}
 
@@ -100,7 +102,27 @@ src/config.ts ConfigSchema (a test parses this with the service's own parseConfi
   "ttl_seconds_after_finished" (int .Values.runs.ttlSecondsAfterFinished)
   "deadline_grace_seconds" (int .Values.runs.deadlineGraceSeconds)
   "watch_job_types" .Values.jobTypes.watch
+  "preflight" .Values.runs.preflight
+  "cpu_request_fraction" (float64 .Values.runs.requests.cpuFraction)
+  "memory_request_fraction" (float64 .Values.runs.requests.memoryFraction)
+  "warm_pool_size" (int .Values.runs.warmPool.size)
+  "warm_pool_max_idle_seconds" (int .Values.runs.warmPool.maxIdleSeconds)
+  "cold_start" .Values.runs.coldStart
+  "api_timeout_seconds" (int .Values.runs.apiTimeoutSeconds)
+  "watch_timeout_seconds" (int .Values.runs.watchTimeoutSeconds)
 }}
+{{- if .Values.egressProxy.enabled }}
+{{- $_ := set $k8s "egress_proxy" (dict "url" (include "sandpod.egressProxy.url" .) "key_file" "/etc/sandpod/egress/key") }}
+{{- end }}
+{{- with .Values.builds }}
+{{- $_ := set $k8s "build_registry" (ternary .registry nil (ne .registry "")) }}
+{{- $_ := set $k8s "build_registry_secret" (ternary .registrySecret nil (ne .registrySecret "")) }}
+{{- $_ := set $k8s "build_registry_insecure" .insecure }}
+{{- $_ := set $k8s "build_platform" .platform }}
+{{- $_ := set $k8s "build_cpu" (toString .resources.cpu) }}
+{{- $_ := set $k8s "build_memory" .resources.memory }}
+{{- $_ := set $k8s "build_ephemeral_storage" .resources.ephemeralStorage }}
+{{- end }}
 {{- $_ := set $cfg "kubernetes" $k8s }}
 {{- toYaml $cfg }}
 {{- end }}
@@ -109,4 +131,52 @@ src/config.ts ConfigSchema (a test parses this with the service's own parseConfi
 {{- define "sandpod.runPodSelector" -}}
 app.kubernetes.io/managed-by: sandpod
 sandpod.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* Secret and key holding the API tokens (auth.enabled). */}}
+{{- define "sandpod.authSecretName" -}}
+{{- default (printf "%s-api-tokens" (include "sandpod.fullname" .)) .Values.auth.existingSecret }}
+{{- end }}
+
+{{- define "sandpod.authSecretKey" -}}
+{{- if .Values.auth.existingSecret }}{{ .Values.auth.existingSecretKey }}{{ else }}tokens{{ end }}
+{{- end }}
+
+{{/* The trial PostgreSQL (postgresql.enabled): its name (Secret, Service, StatefulSet) and selector. */}}
+{{- define "sandpod.trialDbName" -}}
+{{- printf "%s-postgresql" (include "sandpod.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "sandpod.trialDbSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "sandpod.name" . }}-postgresql
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* The egress proxy: its objects' name, the key Secret, and labels distinct from the API pods'. */}}
+{{- define "sandpod.egressProxy.fullname" -}}
+{{- printf "%s-egress-proxy" (include "sandpod.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "sandpod.egressProxy.secretName" -}}
+{{- printf "%s-egress-key" (include "sandpod.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "sandpod.egressProxy.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "sandpod.name" . }}-egress-proxy
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "sandpod.egressProxy.labels" -}}
+helm.sh/chart: {{ include "sandpod.chart" . }}
+{{ include "sandpod.egressProxy.selectorLabels" . }}
+app.kubernetes.io/component: egress-proxy
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: sandpod
+sandpod.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* The proxy URL run pods get (without credentials). */}}
+{{- define "sandpod.egressProxy.url" -}}
+{{- printf "http://%s.%s.svc.%s:%d" (include "sandpod.egressProxy.fullname" .) .Release.Namespace .Values.egressProxy.clusterDomain (int .Values.egressProxy.port) }}
 {{- end }}

@@ -61,7 +61,7 @@ describeRendered('default render', () => {
   });
 
   it('the schema validator used below does reject bad objects', async () => {
-    const dep = structuredClone(one(docs, 'Deployment'));
+    const dep = structuredClone(one(docs, 'Deployment', 'sandpod'));
     dep.spec.replicas = 'two';
     expect(await validateBuiltin(dep)).toMatch(/replicas/);
   });
@@ -75,7 +75,8 @@ describeRendered('default render', () => {
   it('labels every object with app.kubernetes.io/* and sandpod.io/instance', () => {
     for (const d of docs) {
       const labels = d.metadata?.labels ?? {};
-      expect(labels['app.kubernetes.io/name'], `${d.kind} ${d.metadata?.name}`).toBe('sandpod');
+      // The egress proxy's objects have their own name (the API's selectors must not pick its pods).
+      expect(labels['app.kubernetes.io/name'], `${d.kind} ${d.metadata?.name}`).toBe(d.metadata?.name === 'sandpod-egress-proxy' || d.metadata?.name === 'sandpod-egress-key' ? 'sandpod-egress-proxy' : 'sandpod');
       expect(labels['app.kubernetes.io/instance']).toBe('sandpod');
       expect(labels['app.kubernetes.io/managed-by']).toBe('Helm');
       expect(labels['sandpod.io/instance']).toBe('sandpod');
@@ -87,7 +88,7 @@ describeRendered('default render', () => {
     for (const d of docs) {
       if (['Namespace', 'ClusterRole', 'ClusterRoleBinding'].includes(d.kind)) {
         expect(d.metadata.namespace).toBeUndefined();
-      } else if (runSide.has(d.kind) || (d.kind === 'Role' && d.metadata.name.endsWith('-runs'))) {
+      } else if ((runSide.has(d.kind) && !['sandpod-api', 'sandpod-egress-proxy'].includes(d.metadata.name)) || (d.kind === 'Role' && d.metadata.name.endsWith('-runs'))) {
         expect(d.metadata.namespace, `${d.kind} ${d.metadata.name}`).toBe('sandpod-jobs');
       } else if (d.kind === 'RoleBinding') {
         expect(['sandpod', 'sandpod-jobs']).toContain(d.metadata.namespace);
@@ -106,7 +107,7 @@ describeRendered('default render', () => {
   });
 
   it('API pods are Pod Security restricted: non-root 1000, read-only root, /tmp an emptyDir', () => {
-    const dep = one(docs, 'Deployment');
+    const dep = one(docs, 'Deployment', 'sandpod');
     const pod = dep.spec.template.spec;
     expect(restrictedViolations(pod)).toEqual([]);
     expect(pod.securityContext).toMatchObject({ runAsNonRoot: true, runAsUser: 1000, runAsGroup: 1000 });
@@ -137,7 +138,7 @@ describeRendered('default render', () => {
   });
 
   it('API container gets SVC_CONFIG from the ConfigMap and SVC_DATABASE_URL from the Secret', () => {
-    const dep = one(docs, 'Deployment');
+    const dep = one(docs, 'Deployment', 'sandpod');
     const c = dep.spec.template.spec.containers[0];
     const env = Object.fromEntries(c.env.map((e: Manifest) => [e.name, e]));
     expect(env.SVC_CONFIG.value).toBe('/etc/sandpod/config.yaml');
@@ -149,13 +150,13 @@ describeRendered('default render', () => {
   });
 
   it('API container runs the compiled service (the package.json start script, the image CMD)', () => {
-    const c = one(docs, 'Deployment').spec.template.spec.containers[0];
+    const c = one(docs, 'Deployment', 'sandpod').spec.template.spec.containers[0];
     expect(c.command).toEqual(['node', 'dist/main.js']);
     expect(c.command.join(' ')).toBe(PKG.scripts.start);
   });
 
   it('probes: liveness never depends on /health (the breaker), readiness is separate', () => {
-    const c = one(docs, 'Deployment').spec.template.spec.containers[0];
+    const c = one(docs, 'Deployment', 'sandpod').spec.template.spec.containers[0];
     expect(c.livenessProbe.httpGet).toEqual({ path: '/livez', port: 'http' });
     expect(c.readinessProbe.httpGet).toEqual({ path: '/readyz', port: 'http' });
     expect(c.startupProbe.httpGet.path).toBe('/livez');
@@ -166,21 +167,21 @@ describeRendered('default render', () => {
   });
 
   it('gives the pod more grace than the service drains for', () => {
-    const pod = one(docs, 'Deployment').spec.template.spec;
+    const pod = one(docs, 'Deployment', 'sandpod').spec.template.spec;
     expect(pod.terminationGracePeriodSeconds).toBe(45);
-    const custom = one(renderOk(withDb('--set', 'config.shutdown_grace_seconds=0')), 'Deployment');
+    const custom = one(renderOk(withDb('--set', 'config.shutdown_grace_seconds=0')), 'Deployment', 'sandpod');
     expect(custom.spec.template.spec.terminationGracePeriodSeconds).toBe(15);
   });
 
   it('Service listens on 8000', () => {
-    const svc = one(docs, 'Service');
+    const svc = one(docs, 'Service', 'sandpod');
     expect(svc.spec.ports).toEqual([{ name: 'http', port: 8000, targetPort: 'http', protocol: 'TCP' }]);
-    expect(svc.spec.selector).toEqual(one(docs, 'Deployment').spec.selector.matchLabels);
+    expect(svc.spec.selector).toEqual(one(docs, 'Deployment', 'sandpod').spec.selector.matchLabels);
   });
 
   it('PodDisruptionBudget selects the API pods', () => {
     const pdb = one(docs, 'PodDisruptionBudget');
-    expect(pdb.spec.selector.matchLabels).toEqual(one(docs, 'Deployment').spec.selector.matchLabels);
+    expect(pdb.spec.selector.matchLabels).toEqual(one(docs, 'Deployment', 'sandpod').spec.selector.matchLabels);
   });
 
   it('renders the three built-in JobTypes', () => {
@@ -219,8 +220,9 @@ describeRendered('database', () => {
 
   it('uses an existing Secret and renders none of its own', () => {
     const docs = renderOk(['--set', 'database.existingSecret=pg-creds', '--set', 'database.existingSecretKey=uri']);
-    expect(byKind(docs, 'Secret')).toEqual([]);
-    for (const pod of [one(docs, 'Deployment'), one(docs, 'Job')].map((o) => o.spec.template.spec)) {
+    // The API tokens and the egress proxy key are the only Secrets the chart renders then.
+    expect(byKind(docs, 'Secret').map((s) => s.metadata.name).sort()).toEqual(['sandpod-api-tokens', 'sandpod-egress-key']);
+    for (const pod of [one(docs, 'Deployment', 'sandpod'), one(docs, 'Job')].map((o) => o.spec.template.spec)) {
       const env = pod.containers[0].env.find((e: Manifest) => e.name === 'SVC_DATABASE_URL');
       expect(env.valueFrom.secretKeyRef).toEqual({ name: 'pg-creds', key: 'uri' });
     }
@@ -269,6 +271,8 @@ describeRendered('NetworkPolicies', () => {
     const np = one(renderOk(withDb()), 'NetworkPolicy', 'sandpod-runs-bridge-egress');
     expect(np.spec.podSelector).toEqual({
       matchLabels: { [LABELS.managedBy]: MANAGED_BY, [LABELS.instance]: 'sandpod', [LABELS.network]: 'bridge' },
+      // Pods behind the egress proxy have their own policy.
+      matchExpressions: [{ key: LABELS.egress, operator: 'DoesNotExist' }],
     });
     expect(np.spec.policyTypes).toEqual(['Egress']);
     expect(np.spec.egress).toHaveLength(1);
@@ -314,9 +318,11 @@ describeRendered('RBAC', () => {
     const role = one(docs, 'Role', 'sandpod-runs');
     expect(role.metadata.namespace).toBe('sandpod-jobs');
     expect(rules(role)).toEqual({
-      'batch/jobs': ['create', 'delete', 'get', 'list', 'watch'],
-      'core/pods': ['delete', 'get', 'list', 'watch'],
-      // create: SPDY exec (POST); get: WebSocket exec (GET) on clusters before 1.35's gate.
+      // update: a warm-pool claim (PUT at the resourceVersion read); patch: the claimed pod's labels.
+      'batch/jobs': ['create', 'delete', 'get', 'list', 'update', 'watch'],
+      'core/pods': ['delete', 'get', 'list', 'patch', 'watch'],
+      // create: SPDY exec/attach (POST); get: WebSocket (GET) on clusters before 1.35's gate.
+      'core/pods/attach': ['create', 'get'],
       'core/pods/exec': ['create', 'get'],
       'core/pods/log': ['get'],
       'core/secrets': ['create', 'delete', 'get'],
@@ -325,7 +331,7 @@ describeRendered('RBAC', () => {
     expect(binding.metadata.namespace).toBe('sandpod-jobs');
     expect(binding.roleRef).toEqual({ apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'sandpod-runs' });
     expect(binding.subjects).toEqual([{ kind: 'ServiceAccount', name: 'sandpod', namespace: 'sandpod' }]);
-    expect(one(docs, 'Deployment').spec.template.spec.serviceAccountName).toBe('sandpod');
+    expect(one(docs, 'Deployment', 'sandpod').spec.template.spec.serviceAccountName).toBe('sandpod');
   });
 
   it('JobTypes are read (and their status written) in the release namespace only', () => {
@@ -402,8 +408,8 @@ describeRendered('options', () => {
   it('images: tag defaults to appVersion, a digest wins', () => {
     const digest = `sha256:${'a'.repeat(64)}`;
     const docs = renderOk(withDb('--set', `image.digest=${digest}`, '--set', 'executorImage.tag=9.9.9'));
-    expect(one(docs, 'Deployment').spec.template.spec.containers[0].image).toBe(`ghcr.io/sandpod/sandpod@${digest}`);
-    expect(one(renderOk(withDb()), 'Deployment').spec.template.spec.containers[0].image).toBe(
+    expect(one(docs, 'Deployment', 'sandpod').spec.template.spec.containers[0].image).toBe(`ghcr.io/sandpod/sandpod@${digest}`);
+    expect(one(renderOk(withDb()), 'Deployment', 'sandpod').spec.template.spec.containers[0].image).toBe(
       'ghcr.io/sandpod/sandpod:0.1.0',
     );
   });
@@ -413,5 +419,17 @@ describeRendered('options', () => {
     expect(r.code).toBe(0);
     expect(r.stderr).toContain('kubectl get jobs,pods -n sandpod-jobs -l sandpod.io/instance=sandpod');
     expect(r.stderr).toContain('kubectl apply -f crds/');
+  });
+});
+
+describeRendered('PodDisruptionBudget API version', () => {
+  it.each([
+    ['1.20', 'policy/v1beta1'],
+    ['1.21', 'policy/v1'],
+    ['1.30', 'policy/v1'],
+  ])('Kubernetes %s gets %s', (kube, api) => {
+    const pdb = one(renderOk(withDb('--kube-version', kube, '--set', 'replicaCount=2')), 'PodDisruptionBudget');
+    expect(pdb.apiVersion).toBe(api);
+    expect(pdb.spec.minAvailable).toBeDefined();
   });
 });

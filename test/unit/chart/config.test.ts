@@ -13,9 +13,9 @@ import { CHART_DIR, DB_URL, TOOL_BUILD_TIMEOUT_MS, describeRendered, one, prepar
 beforeAll(() => prepareRenderer(), TOOL_BUILD_TIMEOUT_MS);
 
 /** Keys the chart renders itself (values.schema.json refuses them under `config`). */
-const CHART_OWNED = ['runtime', 'kubernetes', 'port', 'host', 'workspace', 'database_url', 'docker_image', 'container_runtime'];
+const CHART_OWNED = ['runtime', 'kubernetes', 'port', 'host', 'workspace', 'database_url', 'docker_image', 'container_runtime', 'auth'];
 /** Keys of the local runtime only: meaningless in a cluster, refused under `config`. */
-const LOCAL_ONLY = ['sandbox_engine', 'gvisor_platform', 'python_interpreters'];
+const LOCAL_ONLY = ['sandbox_engine', 'gvisor_platform', 'python_interpreters', 'warm_pool'];
 
 /** The env the API container gets (SVC_CONFIG aside). */
 const POD_ENV = { SVC_DATABASE_URL: DB_URL, SVC_WORKSPACE: '/tmp/sandpod' };
@@ -44,6 +44,22 @@ describeRendered('rendered SVC_CONFIG', () => {
       ttl_seconds_after_finished: 600,
       deadline_grace_seconds: 30,
       watch_job_types: true,
+      preflight: true,
+      cpu_request_fraction: 0.25,
+      memory_request_fraction: 0.5,
+      api_timeout_seconds: 30,
+      watch_timeout_seconds: 60,
+      egress_proxy: { url: 'http://sandpod-egress-proxy.sandpod.svc.cluster.local:3128', key_file: '/etc/sandpod/egress/key' },
+      build_registry: null,
+      build_registry_secret: null,
+      build_registry_insecure: false,
+      build_platform: 'linux/amd64',
+      build_cpu: '1',
+      build_memory: '2Gi',
+      build_ephemeral_storage: '4Gi',
+      warm_pool_size: 1,
+      warm_pool_max_idle_seconds: 900,
+      cold_start: 'attach',
     });
   });
 
@@ -65,6 +81,14 @@ describeRendered('rendered SVC_CONFIG', () => {
           'runs.ttlSecondsAfterFinished=60',
           '--set',
           'jobTypes.watch=false',
+          '--set',
+          'runs.requests.cpuFraction=1',
+          '--set',
+          'runs.requests.memoryFraction=1',
+          '--set',
+          'runs.apiTimeoutSeconds=10',
+          '--set',
+          'runs.watchTimeoutSeconds=120',
         ),
         { release: 'sp', namespace: 'svc' },
       ),
@@ -78,6 +102,10 @@ describeRendered('rendered SVC_CONFIG', () => {
       runtime_class: 'sandbox',
       executor_image: 'registry.local/exec:2.0.0',
       image_pull_policy: 'Always',
+      cpu_request_fraction: 1,
+      memory_request_fraction: 1,
+      api_timeout_seconds: 10,
+      watch_timeout_seconds: 120,
       ttl_seconds_after_finished: 60,
       watch_job_types: false,
     });

@@ -10,6 +10,7 @@ import { JobTypeConfigSchema, parseConfig, type Config } from '../../../src/conf
 import { fromConfig, type JobType } from '../../../src/jobtypes/job-type.ts';
 import { buildJob } from '../../../src/runtime/kubernetes/build-job.ts';
 import type { RunSpec } from '../../../src/runtime/runtime.ts';
+import { qosClassOf } from '../../support/fake-kube/qos.ts';
 import {
   DB_URL,
   TOOL_BUILD_TIMEOUT_MS,
@@ -44,13 +45,15 @@ beforeAll(() => {
         cpu_limit: s.cpuLimit,
         timeout: s.timeout,
         network: { mode: s.network?.mode, allowed_hosts: s.network?.allowedHosts },
+        ...(s.cpuRequest !== undefined ? { cpu_request: s.cpuRequest } : {}),
+        ...(s.memoryRequest !== undefined ? { memory_request: s.memoryRequest } : {}),
       });
       return [jt.metadata.name, fromConfig(conf)];
     }),
   );
 }, TOOL_BUILD_TIMEOUT_MS);
 
-function runJob(jobTypeName: string): Manifest {
+function runJob(jobTypeName: string, cfg: Config = config): Manifest {
   const jobType = jobTypes.get(jobTypeName)!;
   const spec: RunSpec = {
     executionId: `0190c0de-0000-7000-8000-00000000000${jobTypeName.length}`,
@@ -63,7 +66,7 @@ function runJob(jobTypeName: string): Manifest {
     maxStdoutBytes: config.max_stdout_bytes,
     maxArtifactBytes: config.max_artifact_bytes,
   };
-  const { job } = buildJob(spec, jobType, config, {
+  const { job } = buildJob(spec, jobType, cfg, {
     runtimeClassName: config.kubernetes.runtime_class,
     runnerSource: '# runner',
   });
@@ -79,7 +82,8 @@ describeRendered('run Jobs built from the chart’s config', () => {
     const job = runJob('default');
     expect(job.metadata.namespace).toBe('sandpod-jobs');
     expect(one(docs, 'Role', 'sandpod-runs').metadata.namespace).toBe(job.metadata.namespace);
-    for (const np of byKind(docs, 'NetworkPolicy')) expect(np.metadata.namespace).toBe(job.metadata.namespace);
+    // Every run-side policy (the API pods' policy lives with the API, in the release namespace).
+    for (const np of byKind(docs, 'NetworkPolicy').filter((n) => n.metadata.name.includes('-runs-'))) expect(np.metadata.namespace).toBe(job.metadata.namespace);
     expect(one(docs, 'Namespace').metadata.name).toBe(job.metadata.namespace);
   });
 
@@ -87,6 +91,18 @@ describeRendered('run Jobs built from the chart’s config', () => {
     const pod = runJob('data').spec.template.spec;
     expect(pod.runtimeClassName).toBe('gvisor');
     for (const c of [...pod.initContainers, ...pod.containers]) expect(c.image).toBe('ghcr.io/sandpod/executor:0.1.0');
+  });
+
+  it.each(['default', 'data', 'http'])('%s: by default requests a fraction of its limits (Burstable); runs.requests fractions of 1 make it Guaranteed', (name) => {
+    const pod = runJob(name).spec.template.spec;
+    expect(qosClassOf(pod)).toBe('Burstable');
+    const main = pod.containers.find((c: { name: string }) => c.name === 'main');
+    const milli = (q: string) => Number(q.replace(/m$/, ''));
+    expect(milli(main.resources.requests.cpu) * 4).toBe(milli(main.resources.limits.cpu));
+    const full = parseConfig(YAML.parse(one(renderOk(withDb('--set', 'runs.requests.cpuFraction=1', '--set', 'runs.requests.memoryFraction=1')), 'ConfigMap').data['config.yaml']), { SVC_DATABASE_URL: DB_URL });
+    const guaranteed = runJob(name, full).spec.template.spec;
+    expect(qosClassOf(guaranteed)).toBe('Guaranteed');
+    expect(restrictedViolations(guaranteed)).toEqual([]);
   });
 
   it.each(['default', 'data', 'http'])('%s: pod passes Pod Security restricted (with its deps init container)', (name) => {

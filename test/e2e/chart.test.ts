@@ -1,0 +1,328 @@
+/**
+ * The Helm chart on a real cluster (issue #13 points 2, 5 and 6): rendered with the repository's
+ * renderer, applied as `helm install` applies it (CRDs, the pre-install hooks — database Secret and
+ * migration Job — then the release), two API replicas; then upgraded with changed values while async
+ * runs are in flight. Checks: the API needs the generated token (the probes do not), the preflight
+ * canary passes in the release's runs namespace, a run goes through the Service, and every run in
+ * flight during the rolling upgrade finishes `succeeded` (SIGTERM drain, requeue, maxUnavailable 0).
+ *
+ * Skipped (visibly) unless all of these are set:
+ * - `SANDPOD_E2E_KUBECONFIG`: the cluster;
+ * - `SANDPOD_E2E_SERVICE_IMAGE`: the service image the node can pull (`repo@sha256:…` or `repo:tag`),
+ *   built like the repository's Dockerfile;
+ * - `SANDPOD_E2E_IMAGE`: the executor image;
+ * - `SANDPOD_E2E_DATABASE_URL`: a PostgreSQL server as pods reach it (no database name), and
+ *   `SANDPOD_E2E_DATABASE_ADMIN_URL`: the same server as this machine reaches it, to create and drop
+ *   the test's own database.
+ * On kcluster: `kcluster registry up`, `kcluster postgres up`, the service image pushed to the
+ * registry (see the README's "Testing on a real cluster").
+ */
+import { randomUUID } from 'node:crypto';
+import { readdirSync } from 'node:fs';
+import { AppsV1Api, BatchV1Api, CoreV1Api, KubeConfig, KubernetesObjectApi, RbacAuthorizationV1Api, VersionApi, type KubernetesObject } from '@kubernetes/client-node';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { render, prepareRenderer, TOOL_BUILD_TIMEOUT_MS, type Manifest } from '../support/chart.ts';
+import { applyObjects, manifestObjects } from '../support/kube-apply.ts';
+
+const KUBECONFIG = process.env.SANDPOD_E2E_KUBECONFIG;
+const SERVICE_IMAGE = process.env.SANDPOD_E2E_SERVICE_IMAGE;
+const EXECUTOR_IMAGE = process.env.SANDPOD_E2E_IMAGE;
+const DB_URL = process.env.SANDPOD_E2E_DATABASE_URL;
+const DB_ADMIN_URL = process.env.SANDPOD_E2E_DATABASE_ADMIN_URL;
+const READY = !!(KUBECONFIG && SERVICE_IMAGE && EXECUTOR_IMAGE && DB_URL && DB_ADMIN_URL);
+
+const suffix = randomUUID().slice(0, 6);
+const RELEASE = `spc-${suffix}`;
+const NS = `sandpod-chart-${suffix}`;
+const RUNS_NS = `${NS}-jobs`;
+const DB_NAME = `sandpod_chart_${suffix}`;
+
+type J = Record<string, any>;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** `repo@sha256:…` or `repo:tag` as the chart's image values. */
+function imageValues(prefix: string, ref: string): string[] {
+  const at = ref.indexOf('@');
+  if (at > 0) return ['--set', `${prefix}.repository=${ref.slice(0, at)}`, '--set', `${prefix}.digest=${ref.slice(at + 1)}`];
+  const colon = ref.lastIndexOf(':');
+  return ['--set', `${prefix}.repository=${ref.slice(0, colon)}`, '--set-string', `${prefix}.tag=${ref.slice(colon + 1)}`];
+}
+
+describe.skipIf(!READY)('the chart on a real cluster (needs SANDPOD_E2E_KUBECONFIG, _SERVICE_IMAGE, _IMAGE, _DATABASE_URL, _DATABASE_ADMIN_URL)', () => {
+  let kc: KubeConfig;
+  let core: CoreV1Api;
+  let apps: AppsV1Api;
+  let batch: BatchV1Api;
+  let values: string[];
+  let base = '';
+  let token = '';
+  const clusterScoped: Manifest[] = [];
+  let docs: Manifest[] = [];
+
+  const renderRelease = (extra: string[], only: string[] = []): Manifest[] => {
+    const r = render([...values, ...extra, ...only.flatMap((t) => ['-s', t])], { release: RELEASE, namespace: NS });
+    if (r.code !== 0) throw new Error(`render failed:\n${r.stderr}`);
+    return r.docs;
+  };
+
+  const apply = (docs: Manifest[]) =>
+    applyObjects(kc, docs as KubernetesObject[], (o) => o.kind === 'Secret' && o.metadata?.name === `${RELEASE}-sandpod-api-tokens`);
+
+  async function rolledOut(name: string, timeoutMs = 240_000): Promise<void> {
+    const end = Date.now() + timeoutMs;
+    for (;;) {
+      const d = await apps.readNamespacedDeployment({ name, namespace: NS });
+      const want = d.spec?.replicas ?? 1;
+      const s = d.status ?? {};
+      if ((s.observedGeneration ?? 0) >= (d.metadata?.generation ?? 0) && s.updatedReplicas === want && s.readyReplicas === want && (s.replicas ?? 0) === want) return;
+      if (Date.now() > end) throw new Error(`deployment ${name} did not roll out: ${JSON.stringify(s)}`);
+      await sleep(1000);
+    }
+  }
+
+  const call = async (path: string, init: RequestInit & { auth?: boolean } = {}) => {
+    const headers: Record<string, string> = { 'content-type': 'application/json', ...((init.headers as Record<string, string>) ?? {}) };
+    if (init.auth !== false) headers.authorization = `Bearer ${token}`;
+    return fetch(`${base}${path}`, { ...init, headers });
+  };
+
+  beforeAll(async () => {
+    prepareRenderer();
+    kc = new KubeConfig();
+    kc.loadFromFile(KUBECONFIG!);
+    core = kc.makeApiClient(CoreV1Api);
+    apps = kc.makeApiClient(AppsV1Api);
+    batch = kc.makeApiClient(BatchV1Api);
+    const admin = new pg.Client({ connectionString: DB_ADMIN_URL });
+    await admin.connect();
+    await admin.query(`CREATE DATABASE ${DB_NAME}`);
+    await admin.end();
+    const version = await kc.makeApiClient(VersionApi).getCode();
+    const minor = Number.parseInt(version.minor, 10);
+    values = [
+      '--kube-version', `${version.major}.${minor}`,
+      '--set', 'replicaCount=2',
+      '--set', `database.url=${DB_URL!.replace(/\/$/, '')}/${DB_NAME}`,
+      ...imageValues('image', SERVICE_IMAGE!),
+      ...imageValues('executorImage', EXECUTOR_IMAGE!),
+      '--set', 'config.security_mode=permissive',
+      '--set', 'config.shutdown_grace_seconds=30',
+      '--set', `runs.namespace=${RUNS_NS}`,
+      '--set-json', 'jobTypes.items.default.cpuLimit=0.25',
+      '--set', 'resources.requests.cpu=50m',
+    ];
+    // What `helm install` does, in its order: CRDs, the pre-install hooks, then the release.
+    await core.createNamespace({ body: { metadata: { name: NS } } });
+    const crds = new URL('../../crds/', import.meta.url);
+    await applyObjects(kc, manifestObjects(readdirSync(crds).filter((f) => f.endsWith('.yaml')).map((f) => new URL(f, crds))));
+    await apply(renderRelease([], ['templates/secret-database.yaml', 'templates/migration-job.yaml']));
+    for (let i = 0; ; i++) {
+      const job = await batch.readNamespacedJob({ name: `${RELEASE}-sandpod-migrate`, namespace: NS });
+      if ((job.status?.succeeded ?? 0) > 0) break;
+      if ((job.status?.failed ?? 0) > 0 || i > 180) throw new Error(`migration Job failed: ${JSON.stringify(job.status)}`);
+      await sleep(1000);
+    }
+    const release = renderRelease(['--no-hooks']);
+    docs = release;
+    clusterScoped.push(...release.filter((d) => ['ClusterRole', 'ClusterRoleBinding', 'Namespace'].includes(d.kind)));
+    await apply(release);
+    await rolledOut(`${RELEASE}-sandpod`);
+    const svc = await core.readNamespacedService({ name: `${RELEASE}-sandpod`, namespace: NS });
+    base = `http://${svc.spec!.clusterIP}:${svc.spec!.ports![0]!.port}`;
+    const secret = await core.readNamespacedSecret({ name: `${RELEASE}-sandpod-api-tokens`, namespace: NS });
+    token = Buffer.from(secret.data!.tokens!, 'base64').toString().split('\n')[0]!;
+  }, TOOL_BUILD_TIMEOUT_MS + 600_000);
+
+  afterAll(async () => {
+    if (!kc) return;
+    for (const ns of [NS, RUNS_NS]) await core.deleteNamespace({ name: ns }).catch(() => undefined);
+    const rbac = kc.makeApiClient(RbacAuthorizationV1Api);
+    for (const d of clusterScoped) {
+      if (d.kind === 'ClusterRole') await rbac.deleteClusterRole({ name: d.metadata.name }).catch(() => undefined);
+      if (d.kind === 'ClusterRoleBinding') await rbac.deleteClusterRoleBinding({ name: d.metadata.name }).catch(() => undefined);
+    }
+    // Namespaces take their pods down first; the database goes once nothing holds it.
+    for (let i = 0; i < 120; i++) {
+      const left = await core.readNamespace({ name: NS }).then(() => true, () => false);
+      if (!left) break;
+      await sleep(1000);
+    }
+    const admin = new pg.Client({ connectionString: DB_ADMIN_URL });
+    await admin.connect();
+    await admin.query(`DROP DATABASE IF EXISTS ${DB_NAME} WITH (FORCE)`);
+    await admin.end();
+  }, 300_000);
+
+  it('the API needs the generated token; the probes and /health do not', async () => {
+    expect((await call('/livez', { auth: false })).status).toBe(200);
+    expect((await call('/readyz', { auth: false })).status).toBe(200);
+    const noToken = await call('/execute', { method: 'POST', body: '{"code":"print(1)"}', auth: false });
+    expect(noToken.status).toBe(401);
+    expect(noToken.headers.get('www-authenticate')).toBe('Bearer realm="sandpod"');
+    expect((await call('/job-types', { headers: { authorization: 'Bearer not-the-token-0000' }, auth: false })).status).toBe(401);
+    expect((await call('/job-types')).status).toBe(200);
+  });
+
+  it('the preflight canary passed in the release runs namespace; /health is healthy', async () => {
+    let body: J = {};
+    for (let i = 0; i < 180; i++) {
+      body = (await (await call('/health', { auth: false })).json()) as J;
+      if (body.sandbox?.detail?.preflight?.status && body.sandbox.detail.preflight.status !== 'running') break;
+      await sleep(1000);
+    }
+    expect(body.sandbox.detail.preflight).toEqual({ status: 'passed', checks: { threads: true, select: true, subprocess: true } });
+    expect(body.status).toBe('healthy');
+    expect(body.reasons).toEqual([]);
+    expect(body.sandbox.detail.runs_namespace).toBe(RUNS_NS);
+  }, 200_000);
+
+  it('runs code through the Service; its pod is found by the execution id', async () => {
+    const res = await call('/execute', { method: 'POST', body: JSON.stringify({ code: 'print(1 + 1)' }) });
+    const body = (await res.json()) as J;
+    expect(res.status, JSON.stringify(body)).toBe(200);
+    expect(body.stdout).toBe('2\n');
+    const pods = await core.listNamespacedPod({ namespace: RUNS_NS, labelSelector: `sandpod.io/execution-id=${body.execution_id}` });
+    expect(pods.items).toHaveLength(1);
+    // The chart keeps one warm pod per JobType, and its RBAC lets the service claim it (update the
+    // Job, label the pod, attach): the run was a hit, or a cold start by attach — never a run that
+    // silently got no program.
+    const pool = (await (await call('/pool/stats')).json()) as J;
+    const dflt = (pool.warm as J[] | undefined)?.find((w) => w.job_type === 'default');
+    expect(dflt, JSON.stringify(pool)).toBeDefined();
+    expect(dflt!.hits + dflt!.misses).toBeGreaterThanOrEqual(1);
+  }, 120_000);
+
+  it('an upgrade with changed values rolls out while async runs are in flight; every run finishes, the token stays', async () => {
+    const ids: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      const res = await call('/execute/async', { method: 'POST', body: JSON.stringify({ code: `import time\ntime.sleep(8)\nprint("done ${i}")`, timeout: 60 }) });
+      expect(res.status).toBe(202);
+      ids.push(((await res.json()) as J).job_id);
+    }
+    // Some are running when the rollout starts.
+    let states: string[] = [];
+    for (let i = 0; i < 60 && !states.includes('running'); i++) {
+      if (i > 0) await sleep(500);
+      states = await Promise.all(ids.map(async (id) => ((await (await call(`/jobs/${id}`)).json()) as J).status));
+    }
+    expect(states).toContain('running');
+    const apiPods = async () => (await core.listNamespacedPod({ namespace: NS, labelSelector: `app.kubernetes.io/instance=${RELEASE},app.kubernetes.io/name=sandpod` })).items.filter((p) => !p.metadata?.labels?.['job-name']).map((p) => p.metadata!.name!);
+    const oldPods = await apiPods();
+    expect(oldPods).toHaveLength(2);
+    // The release's PodDisruptionBudget guards the two replicas (policy/v1beta1 on 1.20).
+    const pdbs = docs.filter((d) => d.kind === 'PodDisruptionBudget');
+    expect(pdbs).toHaveLength(1);
+    const pdb = (await KubernetesObjectApi.makeApiClient(kc).read({ apiVersion: pdbs[0]!.apiVersion, kind: 'PodDisruptionBudget', metadata: { name: pdbs[0]!.metadata.name, namespace: NS } })) as Manifest;
+    expect(pdb.spec.minAvailable).toBe(1);
+    const before = await apps.readNamespacedDeployment({ name: `${RELEASE}-sandpod`, namespace: NS });
+    await apply(renderRelease(['--no-hooks', '--set', 'config.max_workers=3']));
+    await rolledOut(`${RELEASE}-sandpod`);
+    const after = await apps.readNamespacedDeployment({ name: `${RELEASE}-sandpod`, namespace: NS });
+    expect(after.metadata!.generation).toBeGreaterThan(before.metadata!.generation!);
+    // Both replicas that held the runs were replaced (SIGTERM, drain) while the runs were going on.
+    for (let i = 0; i < 60 && (await apiPods()).some((p) => oldPods.includes(p)); i++) await sleep(1000);
+    expect((await apiPods()).filter((p) => oldPods.includes(p))).toEqual([]);
+    const done: J[] = [];
+    for (const id of ids) {
+      let rec: J = {};
+      for (let i = 0; i < 240; i++) {
+        rec = (await (await call(`/jobs/${id}?view=full`)).json()) as J;
+        if (['succeeded', 'failed', 'timeout', 'cancelled', 'crashed'].includes(rec.status)) break;
+        await sleep(1000);
+      }
+      done.push(rec);
+    }
+    expect(done.map((r) => r.status)).toEqual(['succeeded', 'succeeded', 'succeeded', 'succeeded']);
+    expect(done.map((r) => r.stdout)).toEqual(['done 0\n', 'done 1\n', 'done 2\n', 'done 3\n']);
+    // The generated token survived the upgrade (the chart keeps its Secret, as helm's lookup does).
+    expect((await call('/job-types')).status).toBe(200);
+  }, 400_000);
+});
+
+const PG_IMAGE = process.env.SANDPOD_E2E_POSTGRES_IMAGE;
+
+/**
+ * The trial database (issue #13 point 4): `postgresql.enabled=true` and nothing else about a database.
+ * Needs `SANDPOD_E2E_POSTGRES_IMAGE` besides the above (any image with PostgreSQL's binaries and a
+ * uid 999, e.g. the official `postgres` image); persistence off where the cluster has no storage
+ * provisioner (`SANDPOD_E2E_NO_PVC=1`).
+ */
+describe.skipIf(!(KUBECONFIG && SERVICE_IMAGE && EXECUTOR_IMAGE && PG_IMAGE))('the chart with its trial database on a real cluster (also needs SANDPOD_E2E_POSTGRES_IMAGE)', () => {
+  const sfx = randomUUID().slice(0, 6);
+  const release = `spt-${sfx}`;
+  const ns = `sandpod-trial-${sfx}`;
+  let kc: KubeConfig;
+  let core: CoreV1Api;
+  let docs: Manifest[] = [];
+
+  beforeAll(async () => {
+    prepareRenderer();
+    kc = new KubeConfig();
+    kc.loadFromFile(KUBECONFIG!);
+    core = kc.makeApiClient(CoreV1Api);
+    const version = await kc.makeApiClient(VersionApi).getCode();
+    const r = render(
+      [
+        '--kube-version', `${version.major}.${Number.parseInt(version.minor, 10)}`,
+        '--set', 'replicaCount=1',
+        '--set', 'postgresql.enabled=true',
+        ...imageValues('postgresql.image', PG_IMAGE!),
+        ...(process.env.SANDPOD_E2E_NO_PVC === '1' ? ['--set', 'postgresql.persistence.enabled=false'] : []),
+        ...imageValues('image', SERVICE_IMAGE!),
+        ...imageValues('executorImage', EXECUTOR_IMAGE!),
+        '--set', 'config.security_mode=permissive',
+        '--set', `runs.namespace=${ns}-jobs`,
+        '--set', 'auth.enabled=false',
+        '--set', 'runs.preflight=false',
+        '--set', 'resources.requests.cpu=50m',
+        '--set', 'postgresql.resources.requests.cpu=50m',
+        '--no-hooks',
+      ],
+      { release, namespace: ns },
+    );
+    if (r.code !== 0) throw new Error(r.stderr);
+    docs = r.docs;
+    await core.createNamespace({ body: { metadata: { name: ns } } });
+    const crds = new URL('../../crds/', import.meta.url);
+    await applyObjects(kc, manifestObjects(readdirSync(crds).filter((f) => f.endsWith('.yaml')).map((f) => new URL(f, crds))));
+    await applyObjects(kc, docs as KubernetesObject[]);
+  }, TOOL_BUILD_TIMEOUT_MS + 120_000);
+
+  afterAll(async () => {
+    if (!kc) return;
+    for (const n of [ns, `${ns}-jobs`]) await core.deleteNamespace({ name: n }).catch(() => undefined);
+    const rbac = kc.makeApiClient(RbacAuthorizationV1Api);
+    for (const d of docs) {
+      if (d.kind === 'ClusterRole') await rbac.deleteClusterRole({ name: d.metadata.name }).catch(() => undefined);
+      if (d.kind === 'ClusterRoleBinding') await rbac.deleteClusterRoleBinding({ name: d.metadata.name }).catch(() => undefined);
+    }
+  }, 120_000);
+
+  it('the database starts, the service connects without DNS, migrates and runs code', async () => {
+    const svc = await core.readNamespacedService({ name: `${release}-sandpod`, namespace: ns });
+    const base = `http://${svc.spec!.clusterIP}:8000`;
+    let health: J = {};
+    for (let i = 0; i < 240; i++) {
+      health = await fetch(`${base}/health`).then((r) => r.json() as Promise<J>, () => ({}));
+      if (health.database?.available) break;
+      await sleep(1000);
+    }
+    expect(health.database).toEqual({ kind: 'postgres', available: true });
+    const res = await fetch(`${base}/execute`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ code: 'print(6 * 7)' }) });
+    const body = (await res.json()) as J;
+    expect(res.status, JSON.stringify(body)).toBe(200);
+    expect(body.stdout).toBe('42\n');
+    // The record is in the trial database: it survives the API pod being replaced.
+    const pods = await core.listNamespacedPod({ namespace: ns, labelSelector: `app.kubernetes.io/instance=${release},app.kubernetes.io/name=sandpod` });
+    for (const p of pods.items) await core.deleteNamespacedPod({ name: p.metadata!.name!, namespace: ns });
+    let rec: J = {};
+    for (let i = 0; i < 240; i++) {
+      rec = await fetch(`${base}/jobs/${body.execution_id}?view=full`).then((r) => (r.ok ? (r.json() as Promise<J>) : {}), () => ({}));
+      if (rec.status) break;
+      await sleep(1000);
+    }
+    expect(rec).toMatchObject({ status: 'succeeded', stdout: '42\n' });
+  }, 600_000);
+});
+
