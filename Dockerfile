@@ -24,6 +24,7 @@ RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund && npm cache clean -
 FROM ${NODE_IMAGE}
 ENV NODE_ENV=production \
     SVC_WORKSPACE=/tmp/sandpod \
+    SVC_HOST=0.0.0.0 \
     PORT=8000
 WORKDIR /app
 COPY --from=deps /app/node_modules ./node_modules

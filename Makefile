@@ -30,19 +30,19 @@ define apt_install
 	fi
 endef
 
-system-deps: ## Install the Debian packages the sandbox needs (bubblewrap, runsc, ...) when missing
-	$(call apt_install,$(APT_PACKAGES_FILE),the best sandbox may be unavailable)
+system-deps: ## Install the Debian packages the sandbox and the console's browser tests need (bubblewrap, runsc, chromium, ...) when missing
+	$(call apt_install,$(APT_PACKAGES_FILE),the best sandbox may be unavailable and the console's browser tests skip)
 
 bench-deps: ## Install the benchmark's own tools (wrk) when missing
 	$(call apt_install,.ci/bench-packages.txt,the benchmark falls back to its Node load generator)
 
-run: deps system-deps ## Start the service on the embedded default (PGlite + best local sandbox) on :8000
+run: deps system-deps ## Start the service on the embedded default (PGlite + best local sandbox) on :8000; console at /ui (bundled in memory on first use)
 	node --import tsx src/main.ts
 
 migrate: deps ## Apply database migrations (SVC_DATABASE_URL or the embedded PGlite)
 	node --import tsx src/store/migrate.ts
 
-build: deps ## Compile src/ to dist/, what the image runs (node dist/main.js)
+build: deps ## Compile src/ to dist/ and bundle the console into dist/console/public: what the image runs (node dist/main.js)
 	$(NPM) run build
 
 test: deps system-deps ## Run the whole suite: against PostgreSQL, then the database tests again on PGlite
@@ -60,8 +60,9 @@ mutation: deps ## Mutation testing (StrykerJS) of the core modules; MODULE=class
 bench: deps system-deps bench-deps ## Benchmarks with a report against the bare floor measured in the same run
 	npx tsx bench/run.ts
 
-typecheck: deps ## TypeScript strict check (unused locals and parameters included) of src, test, bench
+typecheck: deps ## TypeScript strict check (unused locals and parameters included) of src, test, bench, and the console's browser code
 	npx tsc -p tsconfig.json --noEmit
+	npx tsc -p src/console/web --noEmit
 
 clean: ## Remove the local workspace and build outputs
 	rm -rf .workspace dist .bench

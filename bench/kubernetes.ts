@@ -42,7 +42,7 @@ export async function benchKubernetes(opts: KubernetesBenchOptions): Promise<voi
 export async function measureKubernetes(opts: KubernetesBenchOptions): Promise<KubernetesBenchResult> {
   const fake = await FakeKube.start();
   fake.addRuntimeClass('gvisor');
-  const config = parseConfig({ runtime: 'kubernetes', kubernetes: { executor_image: 'sandpod/executor:bench' } }, {});
+  const config = parseConfig({ runtime: 'kubernetes', kubernetes: { executor_image: 'sandpod/executor:bench', preflight: false } }, {});
   const rt = createKubernetesRuntime(config, { kubeConfig: fake.kubeConfig(), runnerSource: '# runner\n' });
   await rt.start();
   const jobType = fromConfig(v.parse(JobTypeConfigSchema, { name: 'default' }));

@@ -9,9 +9,15 @@
  * 4. The Kubernetes controller's overhead per run and API calls per run against the in-repo fake
  *    API server (issue 4: p50 ≤ 50 ms, ≤ 8 calls).
  * 5. History list latency at a million rows (issue 3: indexes keep it fast).
+ * 6. On a real cluster (bench/cluster.ts; only with SANDPOD_BENCH_KUBECONFIG and SANDPOD_BENCH_IMAGE): cold
+ *    runs through HTTP against the bare Job floor, and where the time goes.
+ * 7. Local warm sandboxes (issue 10): sync `print(1)` on a warm hit, per engine, against the cold bare
+ *    engine floor of the same run (p50 ≤ 0.35 × floor p50, p99 ≤ floor p50), and the hit ratio with
+ *    4 concurrent clients at a rate the pool sustains (≥ 90 %). Section 1 runs with the pool off, so
+ *    it stays the cold path's measurement.
  *
  * Env: BENCH_RUNS (default 200), BENCH_ENGINES (default: every usable one), BENCH_SECONDS (acceptance
- * load duration, default 5), BENCH_ONLY (comma list of sync,accept,throughput,kubernetes,history), BENCH_HISTORY_ROWS.
+ * load duration, default 5), BENCH_ONLY (comma list of sync,accept,throughput,kubernetes,history,cluster,warm), BENCH_HISTORY_ROWS.
  */
 import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -31,7 +37,7 @@ import { ms, quantile } from './stats.ts';
 const RUNS = Number(process.env.BENCH_RUNS ?? 200);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 const WRK = which('wrk');
-const ONLY = new Set((process.env.BENCH_ONLY ?? 'sync,accept,throughput,kubernetes,history').split(','));
+const ONLY = new Set((process.env.BENCH_ONLY ?? 'sync,accept,throughput,kubernetes,history,cluster,warm').split(','));
 const lines: string[] = [];
 const say = (s = '') => {
   lines.push(s);
@@ -57,10 +63,11 @@ async function syncLatency(engines: EngineName[]): Promise<void> {
   say(`${RUNS} runs each, sequential, after 20 warm-up runs. Target: service p50 ≤ 1.5 × floor p50 + 5 ms.`);
   say('');
   say('| engine | floor p50 | floor p99 | service p50 | service p99 | ratio p50 | target | verdict |');
-  say('|---|---|---|---|---|---|---|---|');
+  say('|---|---|---|---|---|---|---|');
   for (const engine of engines) {
     const db = await freshDatabase();
-    const cfg = config(db, { sandbox_engine: engine, max_workers: 2 });
+    // The cold path: no warm sandboxes (section 6 measures those).
+    const cfg = config(db, { sandbox_engine: engine, max_workers: 2, warm_pool: { sizes: {} } });
     const svc = await createService(cfg, { logger: silentLogger });
     await svc.start();
     const server = await listen(svc, 0, '127.0.0.1');
@@ -255,6 +262,121 @@ async function history(): Promise<void> {
   await db.drop();
 }
 
+type WarmStats = { job_type: string; target: number; ready: number; hits: number; misses: number };
+
+async function warmStats(base: string): Promise<WarmStats> {
+  const body = (await (await fetch(`${base}/pool/stats`)).json()) as { warm: WarmStats[] };
+  const s = body.warm.find((w) => w.job_type === 'default');
+  if (!s) throw new Error(`no warm pool for default in /pool/stats: ${JSON.stringify(body.warm)}`);
+  return s;
+}
+
+/** Waits until the default pool is full again (so the next run is a hit that competes with no refill). */
+async function poolFull(base: string): Promise<void> {
+  const until = performance.now() + 60_000;
+  for (;;) {
+    const s = await warmStats(base);
+    if (s.ready >= s.target) return;
+    if (performance.now() > until) throw new Error(`warm pool did not refill: ${JSON.stringify(s)}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+async function warmSandboxes(engines: EngineName[]): Promise<void> {
+  say('## 7. Warm sandboxes: sync `print(1)` through HTTP on a warm hit vs the cold bare engine');
+  const size = 4;
+  say(`warm_pool.sizes.default = ${size}. Hits: ${RUNS} sequential runs, each sent once the pool is full again (so it is a hit and no refill competes with it), interleaved in blocks with the floor. Targets: hit p50 ≤ 0.35 × floor p50, hit p99 ≤ floor p50.`);
+  say('');
+  say('| engine | floor p50 | hit p50 | hit p99 | p50 / floor | hits / runs | refill p50 | verdict |');
+  say('|---|---|---|---|---|---|---|---|');
+  const concurrent: string[] = [];
+  for (const engine of engines) {
+    const db = await freshDatabase();
+    const cfg = config(db, { sandbox_engine: engine, max_workers: 4, warm_pool: { sizes: { default: size } } });
+    const svc = await createService(cfg, { logger: silentLogger });
+    await svc.start();
+    const server = await listen(svc, 0, '127.0.0.1');
+    const addr = server.address();
+    const base = `http://127.0.0.1:${typeof addr === 'object' && addr ? addr.port : 0}`;
+    const floor: number[] = [];
+    const hit: number[] = [];
+    const refill: number[] = [];
+    const one = async () => {
+      const t0 = performance.now();
+      const res = await post(`${base}/execute`, { code: 'print(1)' });
+      const body = (await res.json()) as { stdout?: string };
+      const dt = performance.now() - t0;
+      if (body.stdout !== '1\n') throw new Error(`unexpected response: ${JSON.stringify(body)}`);
+      return { dt };
+    };
+    await measureBareFloor(cfg, { engine, iterations: 10 });
+    for (let i = 0; i < 10; i++) {
+      await poolFull(base);
+      await one();
+    }
+    const before = await warmStats(base);
+    const block = 20;
+    for (let done = 0; done < RUNS; done += block) {
+      floor.push(...(await measureBareFloor(cfg, { engine, iterations: block })));
+      for (let i = 0; i < block; i++) {
+        await poolFull(base);
+        hit.push((await one()).dt);
+        // How long the pool takes to replace the sandbox this run used.
+        const t = performance.now();
+        await poolFull(base);
+        refill.push(performance.now() - t);
+      }
+    }
+    const after = await warmStats(base);
+    const hits = after.hits - before.hits;
+    const runs = hits + after.misses - before.misses;
+    const f50 = quantile(floor, 0.5);
+    const h50 = quantile(hit, 0.5);
+    const h99 = quantile(hit, 0.99);
+    const r50 = quantile(refill, 0.5);
+    const ok = h50 <= 0.35 * f50 && h99 <= f50;
+    say(`| ${engine} | ${ms(f50)} ms | ${ms(h50)} ms | ${ms(h99)} ms | ${(h50 / f50).toFixed(2)}× | ${hits} / ${runs} | ${ms(r50)} ms | ${ok ? 'met' : 'MISSED'} |`);
+
+    // 4 concurrent clients, each sending one run per period. The rate: half of what the pool can
+    // refill (max_starting = 2 sandboxes at once, each taking the refill time measured above), so
+    // 4 runs per 4 × refill p50 in all.
+    await poolFull(base);
+    const clients = 4;
+    const period = clients * Math.max(r50, f50);
+    const perClient = Math.max(10, Math.round(RUNS / clients / 2));
+    const b2 = await warmStats(base);
+    const lat: number[] = [];
+    const t0 = performance.now();
+    await Promise.all(
+      Array.from({ length: clients }, async (_, c) => {
+        await new Promise((r) => setTimeout(r, (c * period) / clients));
+        for (let i = 0; i < perClient; i++) {
+          const start = performance.now();
+          lat.push((await one()).dt);
+          const rest = period - (performance.now() - start);
+          if (rest > 0) await new Promise((r) => setTimeout(r, rest));
+        }
+      }),
+    );
+    const seconds = (performance.now() - t0) / 1000;
+    const a2 = await warmStats(base);
+    const h = a2.hits - b2.hits;
+    const n = h + a2.misses - b2.misses;
+    const ratio = n ? h / n : 0;
+    concurrent.push(`| ${engine} | ${clients} × 1 per ${ms(period)} ms (${((clients * perClient) / seconds).toFixed(1)} runs/s) | ${h} / ${n} (${(ratio * 100).toFixed(0)} %) | ${ms(quantile(lat, 0.5))} ms | ${ms(quantile(lat, 0.99))} ms | ≥ 90 % | ${ratio >= 0.9 ? 'met' : 'MISSED'} |`);
+    await new Promise<void>((r) => server.close(() => r()));
+    await svc.stop(5000);
+    await db.drop();
+  }
+  say('');
+  say('Concurrent clients (hits and misses from `/pool/stats`):');
+  say('');
+  say('| engine | load | hits | p50 | p99 | target | verdict |');
+  say('|---|---|---|---|---|---|---|');
+  for (const l of concurrent) say(l);
+  say('');
+}
+
 async function main(): Promise<void> {
   const probe = parseConfig({ workspace: workspace() }, {});
   const detected = await detectEngines(probe);
@@ -269,6 +391,8 @@ async function main(): Promise<void> {
   if (ONLY.has('throughput')) for (const e of engines) await throughput(e);
   if (ONLY.has('kubernetes')) await kubernetes();
   if (ONLY.has('history')) await history();
+  if (ONLY.has('cluster')) await (await import('./cluster.ts')).benchCluster({ runs: Math.min(RUNS, 20), say });
+  if (ONLY.has('warm')) await warmSandboxes(engines);
   mkdirSync('.bench', { recursive: true });
   writeFileSync('.bench/report.md', `${lines.join('\n')}\n`);
   console.log('report written to .bench/report.md');

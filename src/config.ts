@@ -28,21 +28,39 @@ export const NetworkSchema = v.object({
 });
 
 /** Job type (SPEC §2.7) as declared in configuration. */
-export const JobTypeConfigSchema = v.object({
-  name: v.pipe(v.string(), v.regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, 'must be a DNS-1123 label')),
-  python_version: v.optional(v.pipe(v.string(), v.regex(/^3\.\d+$/, 'must look like 3.11')), '3.11'),
-  requirements: v.optional(v.array(v.pipe(v.string(), v.minLength(1))), []),
-  memory_limit: v.optional(MemorySchema, '512m'),
-  cpu_limit: v.optional(v.pipe(v.number(), v.minValue(0.01), v.maxValue(64)), 1),
-  /** Default execution timeout of the type; the service's `default_timeout` when absent. */
-  timeout: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1))),
-  max_processes: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1)), 64),
-  max_file_size: v.optional(MemorySchema, '100m'),
-  network: v.optional(NetworkSchema, { mode: 'none', allowed_hosts: [] }),
-  image: v.optional(v.nullable(v.string()), null),
-  env: v.optional(v.record(v.string(), v.string()), {}),
-  version: v.optional(v.string(), 'latest'),
-});
+export const JobTypeConfigSchema = v.pipe(
+  v.object({
+    name: v.pipe(v.string(), v.regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, 'must be a DNS-1123 label')),
+    python_version: v.optional(v.pipe(v.string(), v.regex(/^3\.\d+$/, 'must look like 3.11')), '3.11'),
+    requirements: v.optional(v.array(v.pipe(v.string(), v.minLength(1))), []),
+    memory_limit: v.optional(MemorySchema, '512m'),
+    cpu_limit: v.optional(v.pipe(v.number(), v.minValue(0.01), v.maxValue(64)), 1),
+    /** Default execution timeout of the type; the service's `default_timeout` when absent. */
+    timeout: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1))),
+    max_processes: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1)), 64),
+    max_file_size: v.optional(MemorySchema, '100m'),
+    network: v.optional(NetworkSchema, { mode: 'none', allowed_hosts: [] }),
+    image: v.optional(v.nullable(v.string()), null),
+    env: v.optional(v.record(v.string(), v.string()), {}),
+    version: v.optional(v.string(), 'latest'),
+    /**
+     * What a run reserves on a node (Kubernetes requests), apart from its limits; absent: a fraction of
+     * the limit (`kubernetes.cpu_request_fraction` / `memory_request_fraction`). Equal to the limits:
+     * Guaranteed QoS. The local runtime enforces limits only.
+     */
+    cpu_request: v.optional(v.pipe(v.number(), v.minValue(0.001), v.maxValue(64))),
+    memory_request: v.optional(MemorySchema),
+  }),
+  // Kubernetes refuses a request above its limit: say so at load time, naming the field.
+  v.forward(
+    v.check((t) => t.cpu_request === undefined || t.cpu_request <= t.cpu_limit, 'must not exceed cpu_limit'),
+    ['cpu_request'],
+  ),
+  v.forward(
+    v.check((t) => t.memory_request === undefined || parseMemory(t.memory_request) <= parseMemory(t.memory_limit), 'must not exceed memory_limit'),
+    ['memory_request'],
+  ),
+);
 export type JobTypeConfig = v.InferOutput<typeof JobTypeConfigSchema>;
 
 /** The three built-in examples of SPEC §2.7; a config file's `job_types` entries override them by name. */
@@ -85,10 +103,21 @@ export const ConfigSchema = v.pipe(
     docker_image: v.optional(v.string(), 'ghcr.io/sandpod/executor:0.1.0'),
     // service
     port: v.optional(int(0, 65535), 8000),
-    host: v.optional(v.string(), '0.0.0.0'),
+    /** Address to listen on: loopback by default; the chart and the image set 0.0.0.0 (`SVC_HOST`). */
+    host: v.optional(v.pipe(v.string(), v.minLength(1)), '127.0.0.1'),
     workspace: v.optional(v.string(), '.workspace'),
     database_url: v.optional(v.nullable(v.string()), null),
     log_level: v.optional(v.picklist(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']), 'info'),
+    /** Bearer tokens for the API (`/livez`, `/readyz`, `/health` stay open); none configured: no authentication. */
+    auth: v.optional(
+      v.object({
+        tokens: v.optional(v.array(v.pipe(v.string(), v.minLength(16, 'API tokens must have at least 16 characters'), v.regex(/^\S+$/, 'API tokens cannot hold spaces'))), []),
+        tokens_file: v.optional(v.nullable(v.pipe(v.string(), v.minLength(1))), null),
+      }),
+      {},
+    ),
+    /** `json` (one object per line), `pretty` (for people), or `auto`: pretty when stdout is a terminal. */
+    log_format: v.optional(v.picklist(['auto', 'json', 'pretty']), 'auto'),
     /** Largest accepted `code`, in bytes of UTF-8. */
     max_code_bytes: v.optional(int(1), 100 * 1024),
     /** Largest accepted `input_data`, in bytes of its JSON. */
@@ -106,6 +135,20 @@ export const ConfigSchema = v.pipe(
     gvisor_platform: v.optional(v.picklist(['ptrace', 'systrap', 'kvm']), 'ptrace'),
     /** Interpreter per python_version on the local runtime. */
     python_interpreters: v.optional(v.record(v.string(), v.string()), { '3.11': '/usr/bin/python3' }),
+    /**
+     * Local warm sandboxes (issue 10; src/runtime/local/sandbox-pool.ts). `sizes`: waiting sandboxes
+     * per job type name (which types are kept warm); null (the default) means `{ default:
+     * min(4, max_workers) }`, `{}` turns the pool off. A sandbox waiting longer than `max_idle_sec`
+     * is replaced; at most `max_starting` start at once.
+     */
+    warm_pool: v.optional(
+      v.object({
+        sizes: v.optional(v.nullable(v.record(v.string(), int(0, 64))), null),
+        max_idle_sec: v.optional(int(1), 300),
+        max_starting: v.optional(int(1, 16), 2),
+      }),
+      {},
+    ),
     pip: v.optional(
       v.object({
         index_url: v.optional(v.nullable(v.string()), null),
@@ -126,7 +169,63 @@ export const ConfigSchema = v.pipe(
         image_pull_policy: v.optional(v.picklist(['Always', 'IfNotPresent', 'Never']), 'IfNotPresent'),
         ttl_seconds_after_finished: v.optional(int(0), 600),
         deadline_grace_seconds: v.optional(int(0), 30),
+        /**
+         * Warm run pods per JobType (issue 10; runtime/kubernetes/pool.ts) when its spec names no
+         * `warmPool.size`: pre-created run Jobs waiting for their program. 0 (the default here; the chart
+         * sets 1) keeps no pool. A pod waiting longer than `warm_pool_max_idle_seconds` is replaced.
+         */
+        warm_pool_size: v.optional(int(0, 64), 0),
+        warm_pool_max_idle_seconds: v.optional(int(10), 900),
+        /**
+         * How a cold run (no warm pod) gets its program: `secret` (a per-run Secret mounted as volumes;
+         * completion seen when the kubelet reports `main` ended) or `attach` (the run's pod is made as a
+         * pool pod is, the program is sent through attach once `main` runs, completion by the runner's
+         * `done` line: no Secret volume to mount, no wait for the kubelet's status). Runs with
+         * requirements to install always use `secret`. The chart sets `attach`.
+         */
+        cold_start: v.optional(v.picklist(['secret', 'attach']), 'secret'),
         watch_job_types: v.optional(v.boolean(), true),
+        /** At start, run a canary pod that checks threads, select() and subprocesses in the run sandbox. */
+        preflight: v.optional(v.boolean(), true),
+        // What a run reserves when its job type names no request: this fraction of its limit.
+        cpu_request_fraction: v.optional(v.pipe(v.number(), v.gtValue(0), v.maxValue(1)), 0.25),
+        memory_request_fraction: v.optional(v.pipe(v.number(), v.gtValue(0), v.maxValue(1)), 0.5),
+        // Deadline of every Kubernetes API call (a hung API server fails the call, not the service).
+        api_timeout_seconds: v.optional(int(1, 600), 30),
+        // Server-side timeout of each watch; a watch still open well past it is stalled: re-listed.
+        watch_timeout_seconds: v.optional(int(1, 3600), 60),
+        /**
+         * The cluster's egress proxy (src/egress, the chart's `egressProxy`). When set, run pods of a `bridge`
+         * job type with `allowed_hosts` get `HTTP(S)_PROXY` pointing at `url` with a per-run credential signed
+         * with the key in `key_file`, and only reach the proxy. Null: `allowed_hosts` is not enforced in the
+         * cluster (the NetworkPolicy's CIDRs are all there is).
+         */
+        egress_proxy: v.optional(
+          v.nullable(
+            v.object({
+              url: v.pipe(v.string(), v.regex(/^http:\/\/[^/@\s]+:\d{1,5}\/?$/, 'must be http://host:port (the proxy takes plain HTTP and CONNECT)')),
+              key_file: v.pipe(v.string(), v.minLength(1)),
+            }),
+          ),
+          null,
+        ),
+        /**
+         * Job-type builds (SPEC §4.9): the registry and repository prefix built images are pushed to,
+         * e.g. `registry.example.com/sandpod/builds` (each type gets `<prefix>/<type>`). Null: no builds
+         * (`POST /job-types/{name}/build` answers 501). Nodes must be able to pull from it.
+         */
+        build_registry: v.optional(v.nullable(v.pipe(v.string(), v.regex(/^[A-Za-z0-9.-]+(:\d+)?(\/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$/, 'must be host[:port][/path]'))), null),
+        /** A `kubernetes.io/dockerconfigjson` Secret in `namespace` with the push (and base pull) credentials. */
+        build_registry_secret: v.optional(v.nullable(v.pipe(v.string(), v.minLength(1))), null),
+        /** Talk plain HTTP to the build registry (tests, an in-cluster registry without TLS). */
+        build_registry_insecure: v.optional(v.boolean(), false),
+        /** Platform (`os/arch`) picked from a multi-platform executor image. */
+        build_platform: v.optional(v.pipe(v.string(), v.regex(/^[a-z0-9]+\/[a-z0-9]+$/, 'must look like linux/amd64')), 'linux/amd64'),
+        /** Requests and limits of a build pod's pip container (Kubernetes quantities). */
+        build_cpu: v.optional(v.string(), '1'),
+        build_memory: v.optional(v.string(), '2Gi'),
+        /** Room for the installed requirements (the build pod's emptyDir). */
+        build_ephemeral_storage: v.optional(v.string(), '4Gi'),
       }),
       {},
     ),
@@ -147,11 +246,29 @@ export const ConfigSchema = v.pipe(
       {},
     ),
     job_types: v.optional(v.array(JobTypeConfigSchema), []),
+    /** Job-type builds (SPEC §4.9, `POST /job-types/{name}/build`). */
+    builds: v.optional(
+      v.object({
+        /** Longest a build may take (resolution and install). */
+        timeout_seconds: v.optional(int(10, 24 * 3600), 1800),
+        /**
+         * A replica building a job type renews its lease this often (seconds / 3); another replica takes a
+         * build over when its lease is older than this (the builder crashed).
+         */
+        lease_seconds: v.optional(int(3, 3600), 60),
+      }),
+      {},
+    ),
   }),
   v.check((c) => c.default_timeout <= c.max_timeout, 'default_timeout must not exceed max_timeout'),
 );
 
 export type Config = Readonly<v.InferOutput<typeof ConfigSchema>>;
+
+/** Warm sandboxes wanted per job type name: `warm_pool.sizes`, or its default. */
+export function warmPoolSizes(config: Pick<Config, 'warm_pool' | 'max_workers'>): Record<string, number> {
+  return config.warm_pool.sizes ?? { default: Math.min(4, config.max_workers) };
+}
 
 /** `max_input_bytes` default with the Kubernetes runtime. */
 export const KUBERNETES_DEFAULT_MAX_INPUT_BYTES = 512 * 1024;
@@ -191,7 +308,8 @@ export function readConfigFile(file: string): unknown {
 
 /**
  * Builds the frozen configuration from a raw object (file contents) and the environment.
- * Env wins over the file: `SVC_WORKSPACE`, `SVC_DATABASE_URL`, `PORT`, `SVC_LOG_LEVEL`.
+ * Env wins over the file: `SVC_WORKSPACE`, `SVC_DATABASE_URL`, `PORT`, `SVC_HOST`, `SVC_LOG_LEVEL`,
+ * `SVC_LOG_FORMAT`, `SVC_API_TOKENS` (comma-separated) and `SVC_API_TOKENS_FILE`.
  */
 export function parseConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env): Config {
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
@@ -201,6 +319,14 @@ export function parseConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env):
   if (env.SVC_WORKSPACE) merged.workspace = env.SVC_WORKSPACE;
   if (env.SVC_DATABASE_URL) merged.database_url = env.SVC_DATABASE_URL;
   if (env.SVC_LOG_LEVEL) merged.log_level = env.SVC_LOG_LEVEL;
+  if (env.SVC_LOG_FORMAT) merged.log_format = env.SVC_LOG_FORMAT;
+  if (env.SVC_HOST) merged.host = env.SVC_HOST;
+  if (env.SVC_API_TOKENS || env.SVC_API_TOKENS_FILE) {
+    const auth = { ...((merged.auth as Record<string, unknown> | undefined) ?? {}) };
+    if (env.SVC_API_TOKENS) auth.tokens = env.SVC_API_TOKENS.split(',').map((t) => t.trim()).filter(Boolean);
+    if (env.SVC_API_TOKENS_FILE) auth.tokens_file = env.SVC_API_TOKENS_FILE;
+    merged.auth = auth;
+  }
   if (env.PORT !== undefined && env.PORT !== '') {
     const port = Number(env.PORT);
     if (!Number.isInteger(port)) throw new ConfigError(`PORT: must be an integer, got ${JSON.stringify(env.PORT)}`);

@@ -5,10 +5,15 @@
 export const ERROR_STATUS = {
   bad_request: 400,
   validation_error: 400,
+  /** The service's configuration refuses the request (production_mode without a built environment). */
+  config_error: 400,
+  unauthorized: 401,
   not_found: 404,
   wait_timeout: 408,
   idempotency_conflict: 409,
   conflict: 409,
+  /** A job-type build ran and failed (pip could not resolve or install); the body says why. */
+  build_failed: 422,
   payload_too_large: 413,
   unsupported_media_type: 415,
   queue_full: 503,

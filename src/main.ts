@@ -3,13 +3,18 @@
  * SIGTERM: stop taking work, let running jobs finish within `shutdown_grace_seconds`, return the rest
  * to the queue, exit.
  */
+import { randomUUID } from 'node:crypto';
+import { isIPv4 } from 'node:net';
 import { readFileSync } from 'node:fs';
+import { hostname } from 'node:os';
 import { serve, type ServerType } from '@hono/node-server';
 import { createApp } from './api/app.ts';
+import { TokenSet } from './api/middleware/auth.ts';
 import { ConfigError, loadConfig, type Config } from './config.ts';
 import { systemClock, type Clock } from './clock.ts';
-import { CompletionWaiter, Executions } from './executions/index.ts';
+import { CompletionWaiter, EventFeed, Executions } from './executions/index.ts';
 import { History } from './executions/history.ts';
+import { JobTypeBuilds } from './jobtypes/builds.ts';
 import { createJobTypeRegistry } from './jobtypes/index.ts';
 import type { JobTypeRegistry } from './jobtypes/job-type.ts';
 import { createLogger, type Logger } from './logger.ts';
@@ -52,6 +57,8 @@ export interface Service {
   runtime: Runtime;
   breaker: CircuitBreaker;
   dispatcher: Dispatcher<unknown>;
+  /** Run events (`GET /jobs/{id}/events`). */
+  events: EventFeed;
   metrics: Metrics;
   logger: Logger;
   /** Starts the runtime, settles orphans, starts the dispatcher. */
@@ -62,11 +69,13 @@ export interface Service {
 
 /** Wires the service from a configuration. */
 export async function createService(config: Config, o: ServiceOverrides = {}): Promise<Service> {
-  const logger = o.logger ?? createLogger(config.log_level);
+  const logger = o.logger ?? createLogger(config.log_level, config.log_format);
+  const clock: Clock = o.now ? { now: o.now } : systemClock;
+  // Before anything else: a tokens file that cannot be read must stop the start, not open the API.
+  const tokens = new TokenSet({ tokens: config.auth.tokens, tokensFile: config.auth.tokens_file }, clock, logger);
   const db = o.db ?? (await createDb({ url: config.database_url, workspace: config.workspace, poolSize: config.max_workers + 10 }));
   await migrateToLatest(db.kysely);
   const metrics = new Metrics({ defaultMetrics: true });
-  const clock: Clock = o.now ? { now: o.now } : systemClock;
   const breaker = new CircuitBreaker({
     failureThreshold: config.breaker.failure_threshold,
     recoveryTimeoutMs: config.breaker.recovery_timeout_ms,
@@ -80,10 +89,27 @@ export async function createService(config: Config, o: ServiceOverrides = {}): P
     policy: { attempts: config.retry.attempts, baseDelayMs: config.retry.base_delay_ms },
     ...(o.sleep ? { sleep: o.sleep } : {}),
   });
-  const registry: JobTypeRegistry = o.registry ?? (await createJobTypeRegistry(config, { logger }));
+  const baseRegistry: JobTypeRegistry = o.registry ?? (await createJobTypeRegistry(config, { logger }));
   const hooks = { liveExecutionIds: (ids: string[]) => liveIds(db.kysely, ids) };
-  const real = () => createRuntime(config, { logger, hooks });
+  let realRuntime: Runtime | null = null;
+  // The warm pool follows the job types as runs see them (with their builds), known once `builds` exists.
+  let currentTypes: JobTypeRegistry = baseRegistry;
+  const real = async () => (realRuntime = await createRuntime(config, { logger, hooks, jobTypes: () => currentTypes.list() }));
   const runtime = typeof o.runtime === 'function' ? await o.runtime(real) : (o.runtime ?? (await real()));
+  // Job types as runs see them: the configured ones with their current builds (SPEC §4.9).
+  const builds = new JobTypeBuilds({
+    db,
+    base: baseRegistry,
+    builder: runtime.builder ?? (realRuntime as Runtime | null)?.builder ?? null,
+    clock,
+    logger,
+    owner: `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`,
+    timeoutMs: config.builds.timeout_seconds * 1000,
+    leaseMs: config.builds.lease_seconds * 1000,
+  });
+  const registry: JobTypeRegistry = builds;
+  currentTypes = registry;
+  metrics.watchWarmPool(() => runtime.warmPoolStats?.() ?? []);
   const slots = new Slots(config.max_workers);
   const executions = new Executions({
     db,
@@ -98,6 +124,7 @@ export async function createService(config: Config, o: ServiceOverrides = {}): P
     events: { onStarted: (r) => metrics.started(r), onFinished: (r) => metrics.finished(r) },
   });
   const waiter = new CompletionWaiter(db);
+  const events = new EventFeed(db);
   const dispatcher = new Dispatcher({
     target: executions,
     slots,
@@ -106,7 +133,7 @@ export async function createService(config: Config, o: ServiceOverrides = {}): P
     ...(o.pollMs ? { pollMs: o.pollMs } : {}),
   });
   let shuttingDown = false;
-  const app = createApp({ config, history: new History(db), executions, waiter, registry, runtime, breaker, slots, logger, metrics, version: VERSION, isShuttingDown: () => shuttingDown });
+  const app = createApp({ config, history: new History(db), executions, waiter, events, registry, builds, runtime, breaker, slots, logger, metrics, version: VERSION, isShuttingDown: () => shuttingDown, tokens });
 
   return {
     config,
@@ -116,6 +143,7 @@ export async function createService(config: Config, o: ServiceOverrides = {}): P
     runtime,
     breaker,
     dispatcher: dispatcher as Dispatcher<unknown>,
+    events,
     metrics,
     logger,
     async start() {
@@ -123,6 +151,7 @@ export async function createService(config: Config, o: ServiceOverrides = {}): P
       await registry.start?.();
       await executions.start();
       await waiter.start();
+      await events.start();
       const adopted = await executions.recoverOrphans();
       if (adopted.length > 0) logger.warn({ count: adopted.length }, 'settling runs left by a previous process');
       if (config.dispatch) await dispatcher.start();
@@ -137,11 +166,31 @@ export async function createService(config: Config, o: ServiceOverrides = {}): P
       }
       await executions.stop();
       await waiter.stop();
+      await events.stop();
       await registry.stop?.();
       await runtime.stop();
       await db.destroy();
     },
   };
+}
+
+/** A start-up the configuration forbids; said in one line. */
+class StartRefused extends Error {}
+
+/** Whether a host name or address is a loopback one (127.0.0.0/8, ::1, localhost). */
+export function isLoopbackHost(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, '').toLowerCase();
+  if (h === 'localhost' || h === '::1' || h === '::ffff:127.0.0.1') return true;
+  return isIPv4(h) && h.startsWith('127.');
+}
+
+/**
+ * Why the service must not listen on `host` with this engine, or null: the `process` engine isolates
+ * nothing, so whoever reaches the port runs code as the service's user; it only listens on loopback.
+ */
+export function unisolatedExposure(engine: string, host: string): string | null {
+  if (engine !== 'process' || isLoopbackHost(host)) return null;
+  return `the process engine gives no isolation, so it only listens on a loopback address; host is ${host} (set host/SVC_HOST to 127.0.0.1, or use bubblewrap or gVisor)`;
 }
 
 /** Starts the HTTP server for a service. */
@@ -162,12 +211,17 @@ async function main(): Promise<void> {
     }
     throw err;
   }
-  const logger = createLogger(config.log_level);
+  const logger = createLogger(config.log_level, config.log_format);
   const service = await createService(config, { logger });
   await service.start();
+  const refusal = unisolatedExposure((await service.runtime.health()).engine, config.host);
+  if (refusal) {
+    await service.stop(0);
+    throw new StartRefused(refusal);
+  }
   const server = await listen(service);
   const health = await service.runtime.health();
-  logger.info({ port: config.port, database: service.db.kind, runtime: config.runtime, engine: health.engine, isolated: health.isolated, version: VERSION }, 'sandpod listening');
+  logger.info({ host: config.host, port: config.port, auth: config.auth.tokens.length > 0 || config.auth.tokens_file !== null, database: service.db.kind, runtime: config.runtime, engine: health.engine, isolated: health.isolated, version: VERSION }, 'sandpod listening');
   if (!health.isolated) logger.warn('the process engine gives NO isolation: use it for development only');
 
   let stopping = false;
@@ -188,7 +242,11 @@ async function main(): Promise<void> {
 if (import.meta.url === `file://${process.argv[1]}`) {
   main().catch((err: unknown) => {
     // An expected start-up failure is one line that says what failed; anything else keeps its stack.
-    if (err instanceof DatabaseConnectError) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`sandpod: ${err.message}\n`);
+      process.exit(2);
+    }
+    if (err instanceof DatabaseConnectError || err instanceof StartRefused) {
       process.stderr.write(`sandpod: failed to start: ${err.message}\n`);
       process.exit(1);
     }

@@ -5,6 +5,7 @@
  * several apps in one process. The exposition passes `promtool check metrics` (tested).
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { WarmPoolStats } from './runtime/runtime.ts';
 import type { ExecutionRow } from './store/database.ts';
 
 /** prom-client default gauges that repeat `sum(<name without _total>)` under a counter's suffix. */
@@ -22,6 +23,7 @@ export class Metrics {
   readonly submissions: Counter<'mode' | 'outcome'>;
   readonly httpRequests: Counter<'method' | 'route' | 'status'>;
   readonly httpDuration: Histogram<'method' | 'route'>;
+  private warmSource: () => WarmPoolStats[] = () => [];
 
   constructor(opts: { defaultMetrics?: boolean } = {}) {
     const registers = [this.registry];
@@ -59,6 +61,54 @@ export class Metrics {
       buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300],
       registers,
     });
+    // Warm sandboxes (issue 10), read from the runtime at scrape time.
+    const warm = () => this.warmSource();
+    new Gauge({
+      name: 'sandpod_warm_sandboxes',
+      help: 'Warm sandboxes per job type: ready (waiting for a run) or starting',
+      labelNames: ['job_type', 'state'],
+      registers,
+      collect() {
+        this.reset();
+        for (const s of warm()) {
+          this.set({ job_type: s.job_type, state: 'ready' }, s.ready);
+          this.set({ job_type: s.job_type, state: 'starting' }, s.starting);
+        }
+      },
+    });
+    new Gauge({
+      name: 'sandpod_warm_sandboxes_target',
+      help: 'Configured warm sandboxes per job type (warm_pool.sizes)',
+      labelNames: ['job_type'],
+      registers,
+      collect() {
+        this.reset();
+        for (const s of warm()) this.set({ job_type: s.job_type }, s.target);
+      },
+    });
+    new Gauge({
+      name: 'sandpod_warm_sandbox_oldest_age_seconds',
+      help: 'Age of the oldest ready warm sandbox per job type (absent when none is ready)',
+      labelNames: ['job_type'],
+      registers,
+      collect() {
+        this.reset();
+        for (const s of warm()) if (s.oldest_age_ms !== null) this.set({ job_type: s.job_type }, s.oldest_age_ms / 1000);
+      },
+    });
+    new Counter({
+      name: 'sandpod_warm_claims_total',
+      help: 'Runs of a pooled job type by whether a warm sandbox was ready (hit) or the run started cold (miss)',
+      labelNames: ['job_type', 'outcome'],
+      registers,
+      collect() {
+        this.reset();
+        for (const s of warm()) {
+          this.inc({ job_type: s.job_type, outcome: 'hit' }, s.hits);
+          this.inc({ job_type: s.job_type, outcome: 'miss' }, s.misses);
+        }
+      },
+    });
     if (opts.defaultMetrics) {
       // prom-client's standard names (process_*, nodejs_*), unprefixed, so stock dashboards and
       // alerts find them.
@@ -67,6 +117,11 @@ export class Metrics {
       // them); each is the sum over the labelled gauge of the same name without the suffix.
       for (const name of SUM_GAUGES) this.registry.removeSingleMetric(name);
     }
+  }
+
+  /** Where the warm sandbox series come from (the runtime's pools). */
+  watchWarmPool(source: () => WarmPoolStats[]): void {
+    this.warmSource = source;
   }
 
   /** Records a run that started (queue wait for async jobs). */

@@ -1,0 +1,288 @@
+/**
+ * sandpod on a real cluster against the bare Job floor measured in the same run (issue #10):
+ * - floor: a bare batch/v1 Job with the executor image running `python3 -c 'print(1)'`, from the
+ *   create call to the moment its pod is seen `Succeeded` (sequential, one at a time);
+ * - sandpod cold: `POST /execute {"code": "print(1)"}` through HTTP to a service (real PostgreSQL,
+ *   the Kubernetes runtime) running on this machine against the same cluster;
+ * - sandpod warm: the same request against a service keeping a warm pool of 2 for `default`
+ *   (runtime/kubernetes/pool.ts): the run claims an idle pool pod, hands it the program by attach and
+ *   ends on the runner's `done` line (hits and misses counted from /pool/stats);
+ * - where the time goes: a pod watch stamps each run's pod as it is created, scheduled, its
+ *   containers start, `main` ends and the pod leaves, so the report splits the wall time by stage
+ *   (Kubernetes timestamps have whole-second resolution; the watch's receive times do not).
+ *
+ * Needs `SANDPOD_BENCH_KUBECONFIG` (or `SANDPOD_E2E_KUBECONFIG`) and `SANDPOD_BENCH_IMAGE` (or
+ * `SANDPOD_E2E_IMAGE`), the executor image the node can run; says so and skips without them. Applies
+ * the e2e suite's CRDs, namespaces and JobTypes (test/e2e/manifests) and runs in those namespaces.
+ */
+import { randomUUID } from 'node:crypto';
+import { readdirSync } from 'node:fs';
+import { BatchV1Api, KubeConfig, Watch, type KubernetesObject, type V1Pod } from '@kubernetes/client-node';
+import { parseConfig } from '../src/config.ts';
+import { silentLogger } from '../src/logger.ts';
+import { createService, listen } from '../src/main.ts';
+import { jobNameFor } from '../src/runtime/kubernetes/names.ts';
+import { freshDatabase } from '../test/support/db.ts';
+import { applyObjects, manifestObjects } from '../test/support/kube-apply.ts';
+import { ms, quantile } from './stats.ts';
+
+const NS = 'sandpod-e2e';
+const RUNS_NS = 'sandpod-e2e-jobs';
+
+/** Options of {@link benchCluster}. */
+export interface ClusterBenchOptions {
+  runs: number;
+  say: (line: string) => void;
+}
+
+/** Local receive times (ms, performance.now) of one pod's stages. */
+interface PodStamps {
+  created?: number;
+  scheduled?: number;
+  running?: number;
+  mainEnded?: number;
+  done?: number;
+  deleted?: number;
+}
+
+function manifests(): KubernetesObject[] {
+  const crds = new URL('../crds/', import.meta.url);
+  return manifestObjects([
+    ...readdirSync(crds).filter((f) => f.endsWith('.yaml')).map((f) => new URL(f, crds)),
+    ...['namespaces.yaml', 'jobtypes.yaml'].map((f) => new URL(`../test/e2e/manifests/${f}`, import.meta.url)),
+  ]);
+}
+
+/** Watches the runs namespace's pods and stamps each one's stages, keyed by its `job-name` label. */
+async function stampPods(kc: KubeConfig): Promise<{ stamps: Map<string, PodStamps>; stop: () => void }> {
+  const stamps = new Map<string, PodStamps>();
+  const watch = new Watch(kc);
+  const req = await watch.watch(
+    `/api/v1/namespaces/${RUNS_NS}/pods`,
+    {},
+    (type: string, pod: V1Pod) => {
+      const now = performance.now();
+      const job = pod.metadata?.labels?.['job-name'];
+      if (!job) return;
+      const s = stamps.get(job) ?? {};
+      stamps.set(job, s);
+      s.created ??= now;
+      if (pod.spec?.nodeName) s.scheduled ??= now;
+      const statuses = pod.status?.containerStatuses ?? [];
+      if (statuses.some((c) => c.state?.running || c.state?.terminated)) s.running ??= now;
+      const main = statuses.find((c) => c.name === 'main') ?? (statuses.length === 1 ? statuses[0] : undefined);
+      if (main?.state?.terminated) s.mainEnded ??= now;
+      if (pod.status?.phase === 'Succeeded' || pod.status?.phase === 'Failed') s.done ??= now;
+      if (type === 'DELETED' || pod.metadata?.deletionTimestamp) s.deleted ??= now;
+    },
+    () => undefined,
+  );
+  return { stamps, stop: () => req.abort() };
+}
+
+async function waitFor(cond: () => boolean, timeoutMs: number): Promise<void> {
+  const end = performance.now() + timeoutMs;
+  while (!cond()) {
+    if (performance.now() > end) throw new Error('timed out');
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+/** One bare Job: create → pod Succeeded (ms), then deleted. */
+async function bareJob(batch: BatchV1Api, image: string, stamps: Map<string, PodStamps>): Promise<{ total: number; s: PodStamps; t0: number }> {
+  const name = `bench-floor-${randomUUID().slice(0, 8)}`;
+  const t0 = performance.now();
+  await batch.createNamespacedJob({
+    namespace: RUNS_NS,
+    body: {
+      metadata: { name },
+      spec: {
+        backoffLimit: 0,
+        template: {
+          spec: {
+            restartPolicy: 'Never',
+            automountServiceAccountToken: false,
+            enableServiceLinks: false,
+            securityContext: { runAsNonRoot: true, runAsUser: 1000, runAsGroup: 1000, seccompProfile: { type: 'RuntimeDefault' } },
+            containers: [
+              {
+                name: 'main',
+                image,
+                imagePullPolicy: 'IfNotPresent',
+                command: ['python3', '-c', 'print(1)'],
+                securityContext: { allowPrivilegeEscalation: false, capabilities: { drop: ['ALL'] } },
+                resources: { limits: { cpu: '500m', memory: '256Mi' }, requests: { cpu: '500m', memory: '256Mi' } },
+              },
+            ],
+          },
+        },
+      },
+    },
+  });
+  await waitFor(() => stamps.get(name)?.done !== undefined, 120_000);
+  const total = stamps.get(name)!.done! - t0;
+  await batch.deleteNamespacedJob({ name, namespace: RUNS_NS, propagationPolicy: 'Background' });
+  return { total, s: stamps.get(name)!, t0 };
+}
+
+/** Runs the bench and prints a Markdown report through `say`. */
+export async function benchCluster(opts: ClusterBenchOptions): Promise<void> {
+  const say = opts.say;
+  say('## 6. A real cluster: sandpod cold runs against the bare Job floor');
+  const kubeconfig = process.env.SANDPOD_BENCH_KUBECONFIG ?? process.env.SANDPOD_E2E_KUBECONFIG;
+  const image = process.env.SANDPOD_BENCH_IMAGE ?? process.env.SANDPOD_E2E_IMAGE;
+  if (!kubeconfig || !image) {
+    say('Skipped: set SANDPOD_BENCH_KUBECONFIG (a kubeconfig) and SANDPOD_BENCH_IMAGE (the executor image the node runs) to measure on a cluster.');
+    say('');
+    return;
+  }
+  const kc = new KubeConfig();
+  kc.loadFromFile(kubeconfig);
+  await applyObjects(kc, manifests());
+  // The warm scenario's own JobType: `default`'s limits, a pool of 2 (spec.warmPool.size). Applied
+  // again before the warm runs: on a shared cluster an older CRD applied meanwhile prunes warmPool.
+  const applyWarmType = () =>
+    applyObjects(kc, [
+      ...manifests().filter((o) => o.kind === 'CustomResourceDefinition'),
+      { apiVersion: 'sandpod.io/v1alpha1', kind: 'JobType', metadata: { name: 'bench-warm', namespace: NS }, spec: { memoryLimit: '256m', cpuLimit: 0.5, timeout: 30, warmPool: { size: 2 } } } as KubernetesObject,
+    ]);
+  await applyWarmType();
+  const batch = kc.makeApiClient(BatchV1Api);
+  const { stamps, stop } = await stampPods(kc);
+  const runs = Math.max(3, opts.runs);
+  const db = await freshDatabase();
+  const prevKubeconfig = process.env.KUBECONFIG;
+  process.env.KUBECONFIG = kubeconfig;
+  const instance = `bench-${randomUUID().slice(0, 6)}`;
+  // No pool for other types (spec.warmPool.size of bench-warm only).
+  const config = (warmPoolSize: number) => parseConfig(
+    {
+      log_level: 'silent',
+      workspace: db.workspace,
+      ...(db.url ? { database_url: db.url } : {}),
+      runtime: 'kubernetes',
+      security_mode: 'permissive',
+      max_workers: 2,
+      kubernetes: { namespace: NS, runs_namespace: RUNS_NS, instance, runtime_class: 'no-such-runtime-class', executor_image: image, preflight: false, warm_pool_size: warmPoolSize, cold_start: process.env.SANDPOD_BENCH_COLD_START === 'secret' ? 'secret' : 'attach' },
+    },
+    {},
+  );
+  let svc = await createService(config(0), { logger: silentLogger });
+  let svcStopped = false;
+  try {
+    await svc.start();
+    const server = await listen(svc, 0, '127.0.0.1');
+    const addr = server.address();
+    const url = `http://127.0.0.1:${typeof addr === 'object' && addr ? addr.port : 0}/execute`;
+    // One of each first: the image is on the node, the informers are synced.
+    await bareJob(batch, image, stamps);
+    await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"code":"print(1)"}' }).then((r) => r.json());
+    const floor: number[] = [];
+    const floorStages: PodStamps[] = [];
+    const cold: number[] = [];
+    const coldStages: { t0: number; end: number; s: PodStamps; timing: Record<string, number> }[] = [];
+    for (let i = 0; i < runs; i++) {
+      const f = await bareJob(batch, image, stamps);
+      floor.push(f.total);
+      floorStages.push(rel(f.s, f.t0));
+      const t0 = performance.now();
+      const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"code":"print(1)"}' });
+      const body = (await res.json()) as { execution_id?: string; stdout?: string; timing?: Record<string, number> };
+      const end = performance.now();
+      if (body.stdout !== '1\n') throw new Error(`unexpected response: ${JSON.stringify(body)}`);
+      cold.push(end - t0);
+      const st = stamps.get(jobNameFor(body.execution_id ?? ''));
+      coldStages.push({ t0, end, s: st ? rel(st, t0) : {}, timing: body.timing ?? {} });
+    }
+    const f50 = quantile(floor, 0.5);
+    const c50 = quantile(cold, 0.5);
+    say(`${runs} runs each, sequential, interleaved, after one warm-up of each. JobType \`default\` (0.5 CPU, 256 MiB), runc (this cluster has no gVisor).`);
+    say('');
+    say('| measure | floor (bare Job) | sandpod cold | ratio p50 | target | verdict |');
+    say('|---|---|---|---|---|---|');
+    say(`| p50 | ${ms(f50)} ms | ${ms(c50)} ms | ${(c50 / f50).toFixed(2)}× | ≤ 1.3 × floor = ${ms(1.3 * f50)} ms | ${c50 <= 1.3 * f50 ? 'met' : 'MISSED'} |`);
+    say(`| p95 | ${ms(quantile(floor, 0.95))} ms | ${ms(quantile(cold, 0.95))} ms | | | |`);
+    say('');
+    say('Where the time goes (p50 of each stage, ms from the create call / the POST; watch receive times):');
+    say('');
+    say('| stage | floor | sandpod |');
+    say('|---|---|---|');
+    const stage = (xs: (number | undefined)[]) => {
+      const v = xs.filter((x): x is number => x !== undefined);
+      return v.length ? ms(quantile(v, 0.5)) : '–';
+    };
+    for (const k of ['created', 'scheduled', 'running', 'mainEnded', 'done', 'deleted'] as const) {
+      say(`| pod ${k} | ${stage(floorStages.map((s) => s[k]))} | ${stage(coldStages.map((c) => c.s[k]))} |`);
+    }
+    say(`| HTTP answer | – | ${ms(c50)} |`);
+    say('');
+    await new Promise<void>((r) => server.close(() => r()));
+    await svc.stop(5000);
+
+    // Warm: a service of the same instance keeping 2 pool pods of `bench-warm`.
+    await applyWarmType();
+    svc = await createService(config(0), { logger: silentLogger });
+    await svc.start();
+    const wserver = await listen(svc, 0, '127.0.0.1');
+    const waddr = wserver.address();
+    const base = `http://127.0.0.1:${typeof waddr === 'object' && waddr ? waddr.port : 0}`;
+    type Warm = { job_type: string; ready: number; hits: number; misses: number };
+    const warmStats = async () => ((await (await fetch(`${base}/pool/stats`)).json()) as { warm?: Warm[] }).warm?.find((w) => w.job_type === 'bench-warm');
+    const waitReady = async (n: number, ms = 120_000) => {
+      const end = performance.now() + ms;
+      while (((await warmStats())?.ready ?? 0) < n && performance.now() < end) await new Promise((r) => setTimeout(r, 100));
+    };
+    await waitReady(2);
+    if (((await warmStats())?.ready ?? 0) === 0) {
+      say('Warm: skipped, no pool pod of `bench-warm` became ready within 2 min (is its `spec.warmPool` still there? an older CRD prunes it).');
+      say('');
+      throw new Error('warm pool never became ready');
+    }
+    const post = async () => {
+      const t0 = performance.now();
+      const res = await fetch(`${base}/execute`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"code":"print(1)","job_type":"bench-warm"}' });
+      const body = (await res.json()) as { stdout?: string; timing?: Record<string, number> };
+      if (body.stdout !== '1\n') throw new Error(`unexpected response: ${JSON.stringify(body)}`);
+      return { ms: performance.now() - t0, startup: body.timing?.startup_ms };
+    };
+    await post(); // warm-up
+    const warm: number[] = [];
+    const warmStartup: number[] = [];
+    const before = await warmStats();
+    for (let i = 0; i < runs; i++) {
+      // A run every ~second, as the cold runs came: the pool refills in between.
+      await waitReady(1, 15_000);
+      const r = await post();
+      warm.push(r.ms);
+      if (r.startup !== undefined) warmStartup.push(r.startup);
+      await new Promise((res) => setTimeout(res, 500));
+    }
+    const after = await warmStats();
+    const w50 = quantile(warm, 0.5);
+    say(`Warm: ${runs} sequential runs, pool of 2 for \`bench-warm\` (\`default\`'s limits); hits ${(after?.hits ?? 0) - (before?.hits ?? 0)}, misses ${(after?.misses ?? 0) - (before?.misses ?? 0)}.`);
+    say('');
+    say('| measure | sandpod warm | target | verdict |');
+    say('|---|---|---|---|');
+    say(`| p50 | ${ms(w50)} ms | ≤ 400 ms | ${w50 <= 400 ? 'met' : 'MISSED'} |`);
+    say(`| p95 | ${ms(quantile(warm, 0.95))} ms | | |`);
+    if (warmStartup.length) say(`| startup_ms p50 | ${ms(quantile(warmStartup, 0.5))} ms | near 0 | |`);
+    say('');
+    await new Promise<void>((r) => wserver.close(() => r()));
+    await svc.stop(5000);
+    svcStopped = true;
+    // The pool outlives the service (a restart would adopt it): this instance is gone for good.
+    await batch.deleteCollectionNamespacedJob({ namespace: RUNS_NS, labelSelector: `sandpod.io/instance=${instance}`, propagationPolicy: 'Background' }).catch(() => undefined);
+  } finally {
+    stop();
+    if (!svcStopped) await svc.stop(5000);
+    await db.drop();
+    if (prevKubeconfig === undefined) delete process.env.KUBECONFIG;
+    else process.env.KUBECONFIG = prevKubeconfig;
+  }
+}
+
+function rel(s: PodStamps, t0: number): PodStamps {
+  const out: PodStamps = {};
+  for (const [k, v] of Object.entries(s) as [keyof PodStamps, number][]) out[k] = v - t0;
+  return out;
+}
