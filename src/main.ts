@@ -220,10 +220,9 @@ async function main(): Promise<void> {
     throw new StartRefused(refusal);
   }
   const server = await listen(service);
-  const health = await service.runtime.health();
-  logger.info({ host: config.host, port: config.port, auth: config.auth.tokens.length > 0 || config.auth.tokens_file !== null, database: service.db.kind, runtime: config.runtime, engine: health.engine, isolated: health.isolated, version: VERSION }, 'sandpod listening');
-  if (!health.isolated) logger.warn('the process engine gives NO isolation: use it for development only');
-
+  // The handlers go in before the line that says the service listens: a supervisor may signal as soon
+  // as it reads that line, and a signal with no handler yet kills the process without its shutdown
+  // (the runs tmpfs would stay mounted).
   let stopping = false;
   const shutdown = async (signal: string) => {
     if (stopping) return;
@@ -237,6 +236,9 @@ async function main(): Promise<void> {
   };
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
   process.on('SIGINT', () => void shutdown('SIGINT'));
+  const health = await service.runtime.health();
+  logger.info({ host: config.host, port: config.port, auth: config.auth.tokens.length > 0 || config.auth.tokens_file !== null, database: service.db.kind, runtime: config.runtime, engine: health.engine, isolated: health.isolated, version: VERSION }, 'sandpod listening');
+  if (!health.isolated) logger.warn('the process engine gives NO isolation: use it for development only');
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {

@@ -4,7 +4,7 @@
  * listens (issue #12 point 6). On loopback it starts.
  */
 import { spawn } from 'node:child_process';
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -83,6 +83,9 @@ describe('the process engine and the listen address', () => {
     const port = await freePort();
     const r = await startMain('127.0.0.1', port);
     expect(r.listened).toBe(true);
+    // Signalled the moment it said it listens: it shut down cleanly and unmounted its runs tmpfs.
+    expect(r.code, r.stderr).toBe(0);
+    expect(readFileSync('/proc/self/mounts', 'utf8')).not.toContain(dir);
     const line = r.stdout.split('\n').find((l) => l.includes('sandpod listening'))!;
     expect(JSON.parse(line)).toMatchObject({ host: '127.0.0.1', port, engine: 'process', isolated: false });
   }, 150_000);
