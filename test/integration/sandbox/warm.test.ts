@@ -69,8 +69,10 @@ describeEachEngine('warm sandboxes on %s', (engine) => {
   let rt: LocalRuntime;
   beforeAll(async () => {
     const workspace = mkdtempSync(path.join('/tmp/sandpod-test', `w-${engine.slice(0, 2)}-`));
-    // Sizes come from prewarm() below; a short idle limit for the replacement test.
-    config = parseConfig({ workspace, sandbox_engine: engine, warm_pool: { sizes: {}, max_idle_sec: 4 } }, {});
+    // Sizes come from prewarm() below. A short idle limit for the replacement test, but long enough
+    // that the timeout test's second sandbox (2.5 s of idling, a first run, a loaded machine) is not
+    // replaced under it: its claim must be a hit.
+    config = parseConfig({ workspace, sandbox_engine: engine, warm_pool: { sizes: {}, max_idle_sec: 8 } }, {});
     rt = createLocalRuntime(config);
     await rt.start();
   });
@@ -114,12 +116,13 @@ describeEachEngine('warm sandboxes on %s', (engine) => {
     const first = stats();
     expect(first.target).toBe(1);
     expect(first.ready).toBe(1);
-    // max_idle_sec is 4: after 6 s the sandbox ready now has been replaced by a younger one.
-    await sleep(6000);
+    // max_idle_sec is 8: after 10 s the sandbox ready now has been replaced by a younger one (the
+    // first one would be older than 10 s by now).
+    await sleep(10_000);
     await rt.prewarm(jt, 1);
     const later = stats();
     expect(later.ready).toBe(1);
-    expect(later.oldest_age_ms!).toBeLessThan(5000);
+    expect(later.oldest_age_ms!).toBeLessThan(10_000);
     // Two runs at once on a pool of one: one hit, one miss (cold start); both succeed.
     const before = stats();
     const [a, b] = await Promise.all([rt.run(spec(config, 'print("a")')), rt.run(spec(config, 'print("b")'))]);
