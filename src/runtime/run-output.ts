@@ -40,6 +40,12 @@ export const MAX_REPORT_BYTES = 64 * 1024;
 export const RUNNER_TIMEOUT_EXIT = 124;
 /** The runner's exit status when it failed itself (runner.py `EXIT_RUNNER_ERROR`). */
 export const RUNNER_ERROR_EXIT = 125;
+/**
+ * The exit status of a `--wait` runner whose stdin closed before the go line (runner.py
+ * `EXIT_NOT_DELIVERED`): no program ran. Locally a retired sandbox ends this way; for a run it means
+ * the hand-over failed (in a cluster, an attach that connected and then dropped, or was refused).
+ */
+export const RUNNER_NOT_DELIVERED_EXIT = 123;
 
 /** A field of the report: kept when it has the right type, dropped (undefined) when it has not. */
 const field = <S extends v.GenericSchema>(schema: S) => v.fallback(v.optional(schema), undefined);

@@ -52,7 +52,9 @@ CLI
                             the --code and --input paths (writable emptyDirs) before the program starts.
                             The line may be up to 64 MiB. fd 0 is
                             then replaced by /dev/null, so the program never sees the channel; EOF
-                            without a line ends the runner (exit 0, nothing run). The run then goes on as
+                            without a line ends the runner with exit status 123 and nothing run (a
+                            retired sandbox, or a hand-over that failed: the host must not take it
+                            for a program's success). The run then goes on as
                             without --wait, and after the report is written the runner writes
                             `done N\n` (N its exit status) to the phase fd, so the host need not wait
                             for the sandbox's teardown. Not with --exec or --egress-proxy.
@@ -99,6 +101,7 @@ import sys
 
 EXIT_TIMEOUT = 124
 EXIT_RUNNER_ERROR = 125
+EXIT_NOT_DELIVERED = 123  # --wait: stdin closed before the go line; no program ran
 BASE_PATH = '/usr/local/bin:/usr/bin:/bin'
 RLIMITS = {
     'fsize': 'RLIMIT_FSIZE',
@@ -572,7 +575,7 @@ def wait_for_go(a):
         try:
             os.write(a.phase_fd, b'ready\n')
         except OSError:
-            os._exit(0)
+            os._exit(EXIT_NOT_DELIVERED)
     buf = bytearray()
     # The line may carry the program and its input (cluster pools): bounded, but far above 4 KiB.
     while b'\n' not in buf and len(buf) < MAX_GO_LINE:
@@ -586,7 +589,7 @@ def wait_for_go(a):
             break
         buf.extend(chunk)
     if b'\n' not in buf:
-        os._exit(0)  # retired before use: nothing ran
+        os._exit(EXIT_NOT_DELIVERED)  # retired before use, or the hand-over failed: nothing ran
     try:
         msg = json.loads(bytes(buf[:buf.index(b'\n')]))
         if 'timeout' in msg:

@@ -5,6 +5,7 @@
  * a missed one changes nothing. The controller only fetches inputs and applies the actions.
  */
 import type { V1ContainerStatus, V1Job, V1Pod } from '@kubernetes/client-node';
+import { RUNNER_NOT_DELIVERED_EXIT } from '../run-output.ts';
 import type { RunObservation } from '../runtime.ts';
 import { CONTAINERS } from './names.ts';
 import type { CollectedOutput } from './output-tar.ts';
@@ -224,6 +225,16 @@ export function decide(run: RunState, job: V1Job | undefined, pod: V1Pod | undef
     if (depsTerm.reason === 'OOMKilled') return [finish({ oomKilled: true, phase: 'startup' })];
     if (run.depsLog === undefined) return [{ type: 'fetchDepsLog', pod: podName }];
     return [finish({ dependencyError: run.depsLog.trim() || `dependency installation failed (exit code ${depsTerm.exitCode})` })];
+  }
+
+  // A runner that saw its stdin close before the go line ran nothing (the attach dropped or was
+  // refused after it seemed to connect): an infrastructure failure, never the program's success. No
+  // `done` came, which a program of our own that exited 123 would have sent first. The run is retried.
+  if (warm && !warm.done && main?.state?.terminated?.exitCode === RUNNER_NOT_DELIVERED_EXIT) {
+    return [
+      ...(run.jobDeleted ? [] : [{ type: 'deleteJob' } as const]),
+      finish({ infraError: { type: 'internal_error', message: 'the program never reached the run pod: its runner saw stdin close before the go line (is pods/attach allowed?)' } }),
+    ];
   }
 
   if (mainTerm) {

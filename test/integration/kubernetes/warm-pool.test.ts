@@ -169,4 +169,19 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     await fake.waitFor(() => fake.list('jobs', NS).some((j) => j.metadata.labels?.[LABELS.executionId] === s.executionId && !j.metadata.labels?.[POOL_LABELS.pool]), 2000, 'cold Job');
     expect(rt.warmPoolStats!()[0]).toMatchObject({ hits: 1, misses: 1 });
   });
+
+  it('a hand-over cut before the go line is an internal_error (retried by the service), never a silent success', async () => {
+    const rt = await start();
+    await fake.waitFor(() => readyIdle().length === 2, 5000, 'ready');
+    fake.attachDropsBeforeStdin = 1;
+    const raw = await rt.run(spec({ code: 'print("ran")' }));
+    // The runner saw EOF instead of its go line and exited 123: nothing ran, and the run says so.
+    expect(raw.observation.infraError).toMatchObject({ type: 'internal_error', message: expect.stringContaining('never reached the run pod') });
+    expect(raw.stdout).toBe('');
+    expect(fake.attachDropsBeforeStdin).toBe(0);
+    // The next attempt (what the service's retry does) claims another pod and runs.
+    const again = await rt.run(spec({ code: 'print("ran")' }));
+    expect(again.observation.infraError).toBeNull();
+    expect(again.stdout).toBe('ran\n');
+  });
 });

@@ -7,6 +7,7 @@ import { chmodSync, closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, w
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { RUNNER_PATH } from '../../../src/sandbox/paths.ts';
+import { RUNNER_NOT_DELIVERED_EXIT } from '../../../src/runtime/run-output.ts';
 
 const PY = '/usr/bin/python3';
 const CLEAN = { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: '/tmp', TMPDIR: '/tmp', LANG: 'C.UTF-8' };
@@ -256,9 +257,9 @@ print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0), try_open(os.getpid()), try_open(os
     expect(() => readFileSync(path.join(dir, 'main.py'))).toThrow();
   });
 
-  it('--wait: EOF before a go line ends the runner without running anything', () => {
+  it('--wait: EOF before a go line ends the runner with 123 (not delivered) without running anything', () => {
     const r = runRunner('open("ran", "w").write("x")\n', ['--phase-fd', '1', '--wait']);
-    expect(r.status).toBe(0);
+    expect(r.status).toBe(RUNNER_NOT_DELIVERED_EXIT);
     expect(r.runnerStdout).toBe('ready\n');
     expect(r.phase).toBeNull();
     expect(() => readFileSync(path.join(r.dir, 'ran'))).toThrow();

@@ -31,7 +31,7 @@
  * - attach over WebSocket (same subprotocols): the client's channel-0 frames go to the container's
  *   stdin, its stdout comes back on channel 1 from the moment of the attach; refused (400) when the
  *   container is not running or its spec has no `stdin`; with `stdinOnce` the container's stdin is
- *   closed when the first attach ends. With `runWarmPods`, a pod whose `main` declares `stdin` runs
+ *   closed when the first attach ends (`attachDropsBeforeStdin` cuts attaches mid hand-over). With `runWarmPods`, a pod whose `main` declares `stdin` runs
  *   the real runner from its command (paths /code, /input, /output, /tmp mapped to directories of the
  *   fake) as soon as the pod starts, so `ready`, the go line, the run and `done N` are the runner's own;
  *   `main` terminates with the runner's exit status;
@@ -233,6 +233,12 @@ export class FakeKube {
   readonly requests: LoggedRequest[] = [];
   readonly execs: ExecCall[] = [];
   readonly attaches: AttachCall[] = [];
+  /**
+   * Fault: the next this-many attaches to a `main` container drop the connection on the client's
+   * first stdin frame without passing it on (a proxy or API server cut mid hand-over). With
+   * `stdinOnce` the container's stdin then closes, so its runner sees EOF before its go line.
+   */
+  attachDropsBeforeStdin = 0;
   /** Warm pods' runner processes by pod name (runWarmPods). */
   private readonly procs = new Map<string, { child: import('node:child_process').ChildProcess; sinks: Set<(b: Buffer) => void>; attached: boolean }>();
   /** Epoch ms at which the test marked a pod's main container terminated, by pod name. */
@@ -1195,7 +1201,13 @@ export class FakeKube {
       proc?.sinks.add(sink);
       const firstAttach = proc ? !proc.attached : false;
       if (proc) proc.attached = true;
+      const drop = container === 'main' && this.attachDropsBeforeStdin > 0;
+      if (drop) this.attachDropsBeforeStdin--;
       ws.on('message', (data: Buffer) => {
+        if (drop) {
+          ws.terminate();
+          return;
+        }
         if (data.length > 1 && data[0] === 0) {
           call.stdin.push(Buffer.from(data.subarray(1)));
           proc?.child.stdin?.write(data.subarray(1));

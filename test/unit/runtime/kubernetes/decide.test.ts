@@ -574,6 +574,42 @@ const rows: Row[] = [
     now: T0 + 9 * S,
     expect: (a) => expect(types(a)).toEqual(['finish']),
   },
+  // Warm (pool or cold-attach) runs: the program arrives by attach and the runner says `done N`.
+  {
+    name: 'warm: done 0 with the collector up → collect, without waiting for main to end',
+    run: run({ phaseReported: 'execution', warm: { deliveredAt: T0 + 2 * S, done: { exitCode: 0, at: T0 + 3 * S } } }),
+    job,
+    pod: makePod().mainRunning(T0 + S).obj(),
+    now: T0 + 3 * S,
+    expect: (a) => expect(a).toEqual([{ type: 'collect', pod: 'sp-run-abcde' }]),
+  },
+  {
+    name: 'warm: runner ended 123 with no done (stdin closed before the go line) → internal_error, Job deleted',
+    run: run({ phaseReported: 'execution', warm: { deliveredAt: T0 + 2 * S, done: null } }),
+    job,
+    pod: makePod().mainTerminated(123, 'Error', T0 + S, T0 + 3 * S).obj(),
+    now: T0 + 4 * S,
+    expect: (a) => {
+      expect(types(a)).toEqual(['deleteJob', 'finish']);
+      expect(finishOf(a).infraError).toMatchObject({ type: 'internal_error', message: expect.stringContaining('never reached the run pod') });
+    },
+  },
+  {
+    name: 'warm: a program that exits 123 itself (its runner said done 123) → collected like any exit',
+    run: run({ phaseReported: 'execution', warm: { deliveredAt: T0 + 2 * S, done: { exitCode: 123, at: T0 + 3 * S } } }),
+    job,
+    pod: makePod().mainTerminated(123, 'Error', T0 + S, T0 + 3 * S).obj(),
+    now: T0 + 4 * S,
+    expect: (a) => expect(a).toEqual([{ type: 'collect', pod: 'sp-run-abcde' }]),
+  },
+  {
+    name: 'cold run (not warm) whose main exits 123 → collected: only a warm runner means "not delivered" by it',
+    run: run({ phaseReported: 'execution' }),
+    job,
+    pod: makePod().mainTerminated(123, 'Error', T0 + S, T0 + 3 * S).obj(),
+    now: T0 + 4 * S,
+    expect: (a) => expect(a).toEqual([{ type: 'collect', pod: 'sp-run-abcde' }]),
+  },
 ];
 
 describe('decide(run, job, pod, now)', () => {
