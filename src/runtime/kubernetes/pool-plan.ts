@@ -17,7 +17,7 @@ import { jobRef, type JobType } from '../../jobtypes/job-type.ts';
 import type { RunSpec } from '../runtime.ts';
 import { buildJob, jobDeadlineSeconds, type BuildJobConfig } from './build-job.ts';
 import { ANNOTATIONS, CONTAINERS, LABELS, executionLabel } from './names.ts';
-import { toMs } from './decide.ts';
+import { IMAGE_ERRORS, START_ERRORS, toMs } from './decide.ts';
 
 /**
  * Whether runs of a JobType can come from a pool pod (or a cold attach pod): not when they install
@@ -195,8 +195,13 @@ export interface PoolMember {
   claimed: boolean;
   /** Being deleted. */
   deleting: boolean;
-  /** Its pod or Job ended without a claim (the runner died, eviction, deadline): useless. */
+  /**
+   * Its pod or Job ended without a claim (the runner died, eviction, deadline), or a container cannot
+   * start and will not by waiting (image pull or container config errors): useless.
+   */
   failed: boolean;
+  /** Why it failed, for the log (a container's waiting or terminated reason and message). */
+  failedWhy?: string;
 }
 
 /** What the pool should hold for one JobType. */
@@ -208,6 +213,14 @@ export interface PoolWant {
 
 /** Why an idle pool Job is removed. */
 export type RemoveReason = 'jobtype-gone' | 'stale' | 'idle' | 'failed' | 'excess';
+
+/** Container waiting reasons that do not heal by waiting, besides the image errors. */
+const STUCK_REASONS = new Set(['CreateContainerConfigError', 'CreateContainerError', 'RunContainerError']);
+
+/** Back-off before a JobType whose pool pods failed `count` times in a row gets new ones: 2 s doubling, at most 5 min. */
+export function poolBackoffMs(count: number): number {
+  return count <= 0 ? 0 : Math.min(2000 * 2 ** (count - 1), 300_000);
+}
 
 /** What to do now. */
 export interface PoolPlan {
@@ -224,15 +237,28 @@ export function memberOf(job: V1Job, pod: V1Pod | undefined): PoolMember | null 
   const jobEnded = !!job.status?.conditions?.some((c) => (c.type === 'Complete' || c.type === 'Failed') && c.status === 'True');
   const podEnded = pod?.status?.phase === 'Failed' || pod?.status?.phase === 'Succeeded' || !!cs(CONTAINERS.main)?.state?.terminated || !!cs(CONTAINERS.collector)?.state?.terminated;
   const deleting = !!job.metadata.deletionTimestamp || !!pod?.metadata?.deletionTimestamp;
+  // A container that cannot start (a bad image, a missing ConfigMap) never will: the pod is failed
+  // now rather than holding a pool slot until its idle limit.
+  let stuck: string | undefined;
+  for (const c of [...(pod?.status?.initContainerStatuses ?? []), ...(pod?.status?.containerStatuses ?? [])]) {
+    const w = c.state?.waiting;
+    const t = c.state?.terminated;
+    if (w?.reason && (IMAGE_ERRORS.has(w.reason) || STUCK_REASONS.has(w.reason))) stuck ??= `${c.name}: ${w.reason}: ${w.message ?? ''}`.trim();
+    else if (t?.reason && START_ERRORS.has(t.reason)) stuck ??= `${c.name}: ${t.reason}: ${t.message ?? ''}`.trim();
+  }
+  const failed = jobEnded || podEnded || stuck !== undefined;
+  const mainEnd = cs(CONTAINERS.main)?.state?.terminated;
+  const failedWhy = stuck ?? (mainEnd ? `main ended (exit ${mainEnd.exitCode ?? '?'}${mainEnd.reason ? `, ${mainEnd.reason}` : ''})` : `pod ${pod?.status?.phase ?? 'absent'}, Job ${jobEnded ? 'ended' : 'active'}`);
   return {
     name: job.metadata.name,
     jobType,
     specHash: labels[POOL_LABELS.specHash] ?? '',
     createdAt: toMs(job.metadata.creationTimestamp) ?? 0,
-    ready: !!pod && !deleting && !podEnded && !!cs(CONTAINERS.main)?.state?.running && !!cs(CONTAINERS.collector)?.state?.running,
+    ready: !!pod && !deleting && !podEnded && stuck === undefined && !!cs(CONTAINERS.main)?.state?.running && !!cs(CONTAINERS.collector)?.state?.running,
     claimed: !!labels[LABELS.executionId],
     deleting,
-    failed: jobEnded || podEnded,
+    failed,
+    ...(failed ? { failedWhy } : {}),
   };
 }
 
@@ -240,9 +266,15 @@ export function memberOf(job: V1Job, pod: V1Pod | undefined): PoolMember | null 
  * The pool's decision. Claimed and deleting members are not the pool's concern. An idle member is
  * removed when its JobType is gone (or wants none), its spec hash differs, it failed, or it waited
  * longer than `maxIdleMs`; beyond the wanted size the newest go (by name within equal ages, so two
- * replicas pick the same ones). Missing members are created, at most `maxStarting` starting per type.
+ * replicas pick the same ones). Missing members are created, at most `maxStarting` starting per type,
+ * and none for a type held (`holdUntil`, the back-off after its pods failed).
  */
-export function planPool(wants: readonly PoolWant[], members: readonly PoolMember[], now: number, opts: { maxIdleMs: number; maxStarting: number }): PoolPlan {
+export function planPool(
+  wants: readonly PoolWant[],
+  members: readonly PoolMember[],
+  now: number,
+  opts: { maxIdleMs: number; maxStarting: number; holdUntil?: ReadonlyMap<string, number> },
+): PoolPlan {
   const plan: PoolPlan = { create: [], remove: [] };
   const want = new Map(wants.map((w) => [w.jobType, w]));
   const kept = new Map<string, PoolMember[]>();
@@ -263,6 +295,8 @@ export function planPool(wants: readonly PoolWant[], members: readonly PoolMembe
     for (const m of mine.slice(w.size)) plan.remove.push({ name: m.name, reason: 'excess' });
     const live = mine.slice(0, w.size);
     const starting = live.filter((m) => !m.ready).length;
+    // After failures, new pods wait out the back-off (a bad image would otherwise churn Jobs).
+    if (now < (opts.holdUntil?.get(w.jobType) ?? 0)) continue;
     const count = Math.min(w.size - live.length, Math.max(0, opts.maxStarting - starting));
     if (count > 0) plan.create.push({ jobType: w.jobType, count });
   }

@@ -19,7 +19,7 @@ import type { KubeApi } from '../../kube/index.ts';
 import type { Logger } from '../../logger.ts';
 import type { RunSpec, WarmPoolStats } from '../runtime.ts';
 import type { RunController } from './controller.ts';
-import { poolable, claimOrder, claimPodPatch, claimedJob, memberOf, planPool, poolJob, type PoolMember, type PoolWant } from './pool-plan.ts';
+import { poolable, claimOrder, claimPodPatch, claimedJob, memberOf, planPool, poolBackoffMs, poolJob, type PoolMember, type PoolWant } from './pool-plan.ts';
 
 /** Options of {@link WarmPool}. */
 export interface WarmPoolOptions {
@@ -56,6 +56,8 @@ export class WarmPool {
   private readonly counts = new Map<string, { hits: number; misses: number }>();
   /** Spec hash per JobType name, from the last pass (claims only take pods of the current spec). */
   private hashes = new Map<string, string>();
+  /** Pool pods of a JobType that failed in a row (reset when one is ready), and when the last did. */
+  private readonly failures = new Map<string, { count: number; lastAt: number; seen: Set<string> }>();
 
   constructor(private readonly o: WarmPoolOptions) {}
 
@@ -131,6 +133,31 @@ export class WarmPool {
     return out;
   }
 
+  /**
+   * Counts pool pods that failed unclaimed (each once), resets a JobType's count once one of its pods
+   * is ready, and returns until when each JobType's pool is held (planPool's `holdUntil`).
+   */
+  private noteFailures(members: readonly PoolMember[], now: number): Map<string, number> {
+    for (const m of members) {
+      if (m.claimed || m.deleting) continue;
+      if (m.ready) {
+        this.failures.delete(m.jobType);
+        continue;
+      }
+      if (!m.failed) continue;
+      const f = this.failures.get(m.jobType) ?? { count: 0, lastAt: now, seen: new Set<string>() };
+      if (f.seen.has(m.name)) continue;
+      f.seen.add(m.name);
+      f.count++;
+      f.lastAt = now;
+      this.failures.set(m.jobType, f);
+      this.o.log.warn({ job: m.name, job_type: m.jobType, failures: f.count, retry_in_ms: poolBackoffMs(f.count), why: m.failedWhy }, 'a warm pool pod failed');
+    }
+    const names = new Set(members.map((m) => m.name));
+    for (const f of this.failures.values()) for (const n of f.seen) if (!names.has(n)) f.seen.delete(n);
+    return new Map([...this.failures].map(([jt, f]) => [jt, f.lastAt + poolBackoffMs(f.count)]));
+  }
+
   /** The pool Job of a JobType now (with a fresh name), or null when runs cannot be made. */
   private async template(jt: JobType, name: string): Promise<{ job: V1Job; specHash: string } | null> {
     const rc = await this.o.runtimeClassName();
@@ -151,7 +178,10 @@ export class WarmPool {
       wants.push({ jobType: jt.name, size, specHash: t.specHash });
     }
     this.hashes = hashes;
-    const plan = planPool(wants, this.members(), this.o.clock.now(), { maxIdleMs: this.maxIdleMs, maxStarting: this.o.maxStarting ?? 4 });
+    const members = this.members();
+    const now = this.o.clock.now();
+    const holdUntil = this.noteFailures(members, now);
+    const plan = planPool(wants, members, now, { maxIdleMs: this.maxIdleMs, maxStarting: this.o.maxStarting ?? 4, holdUntil });
     const ns = this.o.config.kubernetes.runs_namespace;
     for (const r of plan.remove) {
       // Only as we saw it: a Job another replica claimed since is a run now, not ours to remove.

@@ -184,4 +184,28 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     expect(again.observation.infraError).toBeNull();
     expect(again.stdout).toBe('ran\n');
   });
+
+  it('pool pods that cannot pull their image are removed at once and replaced after a back-off', async () => {
+    fake.unpullable.add('sandpod/executor:test');
+    const seen = new Set<string>();
+    const poll = setInterval(() => {
+      for (const j of poolJobs()) seen.add(j.metadata.name);
+    }, 5);
+    try {
+      const rt = await start({ warm_pool_max_idle_seconds: 3600 });
+      // The first two wait in ImagePullBackOff: failed now, removed, not left holding the pool for an hour.
+      await fake.waitFor(() => seen.size === 2 && poolJobs().length === 0, 5000, 'the failed pool Jobs removed');
+      // Within the back-off (2 s after the first failures) no new pool Job churns.
+      await new Promise((r) => setTimeout(r, 1000));
+      expect(seen.size).toBe(2);
+      // The image becomes pullable: after the back-off the pool fills and a run is a hit.
+      fake.unpullable.clear();
+      await fake.waitFor(() => readyIdle().length === 2, 8000, 'pool refilled after the back-off');
+      const raw = await rt.run(spec({ code: 'print("ok")' }));
+      expect(raw.stdout).toBe('ok\n');
+      expect(rt.warmPoolStats!()[0]).toMatchObject({ hits: 1, misses: 0 });
+    } finally {
+      clearInterval(poll);
+    }
+  });
 });

@@ -239,6 +239,11 @@ export class FakeKube {
    * `stdinOnce` the container's stdin then closes, so its runner sees EOF before its go line.
    */
   attachDropsBeforeStdin = 0;
+  /**
+   * Fault: images the node cannot pull. A warm pod with one waits in ErrImagePull, then
+   * ImagePullBackOff, and never starts, as the kubelet leaves it.
+   */
+  readonly unpullable = new Set<string>();
   /** Warm pods' runner processes by pod name (runWarmPods). */
   private readonly procs = new Map<string, { child: import('node:child_process').ChildProcess; sinks: Set<(b: Buffer) => void>; attached: boolean }>();
   /** Epoch ms at which the test marked a pod's main container terminated, by pod name. */
@@ -1229,6 +1234,15 @@ export class FakeKube {
   private startWarmPod(podName: string): void {
     const pod = this.get('pods', undefined, podName) ?? this.list('pods').find((p) => p.metadata.name === podName);
     if (!pod || pod.metadata.deletionTimestamp) return;
+    const bad = (pod.spec.containers as { name: string; image: string }[]).find((c) => this.unpullable.has(c.image));
+    if (bad) {
+      const msg = `rpc error: code = NotFound desc = failed to pull and unpack image "${bad.image}": not found`;
+      this.waiting(podName, bad.name, 'ErrImagePull', msg);
+      this.later(20, () => {
+        if (this.list('pods').some((p) => p.metadata.name === podName && !p.metadata.deletionTimestamp)) this.waiting(podName, bad.name, 'ImagePullBackOff', `Back-off pulling image "${bad.image}"`);
+      });
+      return;
+    }
     const main = (pod.spec.containers as { name: string; command?: string[] }[]).find((c) => c.name === 'main');
     if (!main?.command) return;
     const base = path.join(this.root, podName);

@@ -1,6 +1,6 @@
 /** The warm pool's pure decisions (pool-plan.ts), as tables with an explicit clock. */
 import { describe, expect, it } from 'vitest';
-import { poolable, claimOrder, claimedJob, planPool, poolJob, type PoolMember } from '../../../../src/runtime/kubernetes/pool-plan.ts';
+import { poolable, claimOrder, claimedJob, memberOf, planPool, poolBackoffMs, poolJob, type PoolMember } from '../../../../src/runtime/kubernetes/pool-plan.ts';
 import { decide, newRunState } from '../../../../src/runtime/kubernetes/decide.ts';
 import { jobType, testConfig } from '../../../support/kube-runtime.ts';
 
@@ -30,6 +30,50 @@ describe('planPool', () => {
       expect(plan.remove.map((r) => [r.name, r.reason])).toEqual(c.remove);
     });
   }
+});
+
+describe('planPool: back-off after failures', () => {
+  const wants = [{ jobType: 'a', size: 2, specHash: 'h1' }, { jobType: 'b', size: 1, specHash: 'h1' }];
+  it.each([
+    ['held type creates nothing until the hold ends; others fill', T0 + 1, [{ jobType: 'b', count: 1 }]],
+    ['at the end of the hold it fills again', T0 + 2000, [{ jobType: 'a', count: 2 }, { jobType: 'b', count: 1 }]],
+  ])('%s', (_n, now, create) => {
+    expect(planPool(wants, [], now, { ...opts, holdUntil: new Map([['a', T0 + 2000]]) }).create).toEqual(create);
+  });
+  it('failed members are still removed while held', () => {
+    const plan = planPool(wants, [m('p1', { failed: true, ready: false })], T0 + 1, { ...opts, holdUntil: new Map([['a', T0 + 2000]]) });
+    expect(plan.remove).toEqual([{ name: 'p1', reason: 'failed' }]);
+  });
+  it.each([
+    [0, 0],
+    [1, 2000],
+    [2, 4000],
+    [5, 32_000],
+    [9, 300_000],
+    [40, 300_000],
+  ])('poolBackoffMs(%i) = %i', (count, ms) => {
+    expect(poolBackoffMs(count)).toBe(ms);
+  });
+});
+
+describe('memberOf', () => {
+  const job = { metadata: { name: 'sp-w-1', labels: { 'sandpod.io/warm-pool': 'a', 'sandpod.io/pool-spec': 'h1' }, creationTimestamp: new Date(T0) }, status: {} } as never;
+  const pod = (main: object, collector: object = { running: {} }, init: object[] = []) =>
+    ({ metadata: { name: 'p' }, status: { phase: 'Pending', initContainerStatuses: init, containerStatuses: [{ name: 'main', state: main }, { name: 'collector', state: collector }] } }) as never;
+  it.each([
+    ['main and collector running: ready', pod({ running: {} }), { ready: true, failed: false }],
+    ['still creating: starting, not failed', pod({ waiting: { reason: 'ContainerCreating' } }, { waiting: { reason: 'ContainerCreating' } }), { ready: false, failed: false }],
+    ['ImagePullBackOff on main: failed at once, with why', pod({ waiting: { reason: 'ImagePullBackOff', message: 'Back-off pulling image "x"' } }), { ready: false, failed: true, failedWhy: 'main: ImagePullBackOff: Back-off pulling image "x"' }],
+    ['ErrImagePull on the collector only: failed', pod({ running: {} }, { waiting: { reason: 'ErrImagePull' } }), { ready: false, failed: true, failedWhy: 'collector: ErrImagePull:' }],
+    ['CreateContainerConfigError: failed', pod({ waiting: { reason: 'CreateContainerConfigError', message: 'secret "s" not found' } }), { failed: true, failedWhy: 'main: CreateContainerConfigError: secret "s" not found' }],
+    ['an init container that cannot start (StartError): failed', pod({ waiting: { reason: 'PodInitializing' } }, { waiting: {} }, [{ name: 'deps', state: { terminated: { reason: 'StartError', exitCode: 128 } } }]), { failed: true, failedWhy: 'deps: StartError:' }],
+    ['main ended unclaimed: failed, with its exit', pod({ terminated: { exitCode: 123, reason: 'Error' } }), { failed: true, failedWhy: 'main ended (exit 123, Error)' }],
+  ])('%s', (_n, p, want) => {
+    expect(memberOf(job, p)).toMatchObject(want);
+  });
+  it('a Job that is not a pool Job is no member', () => {
+    expect(memberOf({ metadata: { name: 'x', labels: {} } } as never, undefined)).toBeNull();
+  });
 });
 
 describe('poolable', () => {
