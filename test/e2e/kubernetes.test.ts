@@ -344,6 +344,66 @@ describe.skipIf(!KUBECONFIG)('kubernetes e2e (needs SANDPOD_E2E_KUBECONFIG and S
       }
     }, 300_000);
 
+    it('isolation and limits hold on pool pods as on cold ones: environment, PID 1, fds, timeout, output cap, OOM', async () => {
+      const inst = `${instance}-iso`;
+      const cfg = parseConfig({ ...JSON.parse(JSON.stringify(config)), kubernetes: { ...config.kubernetes, instance: inst, warm_pool_size: 1 } }, {});
+      const r = createKubernetesRuntime(cfg, { kubeConfig: kc, jobTypes: () => registry.list().filter((t) => t.name === 'default' || t.name === 'tiny-memory'), tuning: { poolIntervalMs: 500 } });
+      await r.start();
+      const stats = (jt: string) => r.warmPoolStats!().find((x) => x.job_type === jt);
+      /** Runs `s` on a pool pod of its job type: waits for one to be ready, and requires a hit. */
+      const warmRun = async (s: RunSpec) => {
+        const jt = s.jobType.name;
+        for (let i = 0; i < 240 && (stats(jt)?.ready ?? 0) < 1; i++) await new Promise((res) => setTimeout(res, 500));
+        const before = stats(jt)?.hits ?? 0;
+        const raw = await r.run(s);
+        expect(stats(jt)?.hits, `${jt}: the run claimed a pool pod`).toBe(before + 1);
+        return raw;
+      };
+      try {
+        // The same clean environment as a cold run: nothing from Kubernetes, PID 1 (the runner) out of
+        // reach, uid 1000, and no descriptor beyond 0-2, with stdin (the attach channel) now /dev/null.
+        const env = await warmRun(
+          spec(
+            [
+              'import os, ctypes',
+              'print(sorted(k for k in os.environ if "KUBERNETES" in k or "SERVICE" in k))',
+              'try:\n    open("/proc/1/mem", "rb").read(1)\n    print("pid1 mem readable")\nexcept OSError as e:\n    print("pid1 mem", type(e).__name__)',
+              'libc = ctypes.CDLL(None, use_errno=True)',
+              'print("ptrace", libc.ptrace(16, 1, None, None), ctypes.get_errno() != 0)',
+              'print(os.getuid())',
+              'def is_open(fd):\n    try:\n        os.fstat(fd)\n        return True\n    except OSError:\n        return False',
+              'print([fd for fd in range(1024) if is_open(fd)])',
+              'print(os.readlink("/proc/self/fd/0"))',
+            ].join('\n'),
+          ),
+        );
+        expect(env.stderr).toBe('');
+        const lines = env.stdout.split('\n');
+        expect(lines[0]).toBe('[]');
+        expect(lines[1]).toMatch(/^pid1 mem (PermissionError|OSError)$/);
+        expect(lines[2]).toBe('ptrace -1 True');
+        expect(lines[3]).toBe('1000');
+        expect(lines[4]).toBe('[0, 1, 2]');
+        expect(lines[5]).toBe('/dev/null');
+        // The execution timeout counts from delivery and is enforced by the runner.
+        const t = await warmRun(spec('while True:\n    pass\n', { timeoutSec: 3 }));
+        expect(t.observation.exitCode).toBe(124);
+        expect(t.report?.timed_out).toBe(true);
+        expect(t.observation.executionMs).toBeGreaterThanOrEqual(2900);
+        // The output cap of the run (from the go line), flags set as on a cold run.
+        const cut = await warmRun(spec('import sys\nsys.stdout.write("x" * 5000)\n', { maxStdoutBytes: 1000 }));
+        expect(cut.stdout).toBe('x'.repeat(1000));
+        expect(cut.stdoutTruncated).toBe(true);
+        // The memory limit of a pool pod is its JobType's.
+        const oom = await warmRun(spec('x = []\nwhile True:\n    x.append(bytearray(8 * 1024 * 1024))\n', { jobTypeName: 'tiny-memory' }));
+        expect(classify(oom).status).toBe('oom');
+      } finally {
+        await r.stop();
+        const { BatchV1Api } = await import('@kubernetes/client-node');
+        await kc.makeApiClient(BatchV1Api).deleteCollectionNamespacedJob({ namespace: RUNS_NS, labelSelector: `sandpod.io/instance=${inst}`, propagationPolicy: 'Background' }).catch(() => undefined);
+      }
+    }, 600_000);
+
     it('two runtime instances on one pool never claim the same pod', async () => {
       const inst = `${instance}-race`;
       const one = await warmRuntime(inst);
