@@ -39,6 +39,8 @@ export type OutputStream = 'stdout' | 'stderr';
 const CHUNK_CHARS = 16 * 1024;
 /** Events read from the table per page (each at most {@link CHUNK_CHARS} of output). */
 const PAGE = 32;
+/** How long a status change waits to be written with what follows it, ms: unnoticeable to a watcher. */
+const STATUS_FLUSH_MS = 20;
 /** Keep-alive comment interval, ms (the contract's 15 s). */
 export const PING_MS = 15_000;
 /** Readers re-check the table this often even without a notification (a lost NOTIFY costs this much). */
@@ -56,6 +58,8 @@ export interface RunEventWriterOptions {
   logger: Logger;
   /** How long output may wait to be batched into one write, ms. */
   flushMs?: number;
+  /** How long a status change may wait to be batched, ms (default {@link STATUS_FLUSH_MS}). */
+  statusFlushMs?: number;
 }
 
 /**
@@ -71,6 +75,7 @@ export class RunEventWriter {
   private readonly truncated = { stdout: false, stderr: false };
   private readonly decoders = { stdout: new TextDecoder('utf-8', { ignoreBOM: true }), stderr: new TextDecoder('utf-8', { ignoreBOM: true }) };
   private timer: NodeJS.Timeout | null = null;
+  private timerAt = 0;
   private chain: Promise<void> = Promise.resolve();
   private closed = false;
   private warned = false;
@@ -91,7 +96,8 @@ export class RunEventWriter {
     if (phase === 'installing' || phase === 'running') timing.startup_ms = Math.max(0, now - this.startedAt);
     if (phase === 'running' && this.phaseAt.installing !== undefined) timing.dep_install_ms = Math.max(0, now - this.phaseAt.installing);
     this.push({ kind: 'status', data: JSON.stringify({ status, phase, at: iso(now), timing }) });
-    this.flushSoon(0);
+    // Soon, not at once: a short run's phases and output then go in one write (or with its verdict).
+    this.flushSoon(this.o.statusFlushMs ?? STATUS_FLUSH_MS);
   }
 
   /** Bytes the program wrote to a stream; decoded as the record decodes (UTF-8, invalid → U+FFFD). */
@@ -124,10 +130,34 @@ export class RunEventWriter {
   /** Writes what is pending (the decoders' tails too) and stops; resolves when written. */
   async close(): Promise<void> {
     if (this.closed) return this.chain;
-    for (const s of ['stdout', 'stderr'] as const) if (!this.truncated[s]) this.appendText(s, this.decoders[s].decode());
-    this.closed = true;
+    this.end();
     this.flushNow();
     await this.chain;
+  }
+
+  /**
+   * Stops, waits for the writes in flight, and hands back what is still pending (the decoders' tails
+   * too) instead of writing it: the caller stores it with the run's verdict, in the same statement
+   * (settleRunning), which saves a round trip on every run's critical path.
+   */
+  async closeForSettle(): Promise<NewRunEvent[]> {
+    if (this.closed) {
+      await this.chain;
+      return [];
+    }
+    this.end();
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    const rest = this.pending;
+    this.pending = [];
+    this.openText = null;
+    await this.chain;
+    return rest;
+  }
+
+  private end(): void {
+    for (const s of ['stdout', 'stderr'] as const) if (!this.truncated[s]) this.appendText(s, this.decoders[s].decode());
+    this.closed = true;
   }
 
   private appendText(stream: OutputStream, text: string): void {
@@ -156,10 +186,13 @@ export class RunEventWriter {
       this.flushNow();
       return;
     }
-    if (!this.timer) {
-      this.timer = setTimeout(() => this.flushNow(), ms);
-      this.timer.unref?.();
-    }
+    // A pending write is brought forward, never put off.
+    const at = this.o.clock.now() + ms;
+    if (this.timer && this.timerAt <= at) return;
+    if (this.timer) clearTimeout(this.timer);
+    this.timerAt = at;
+    this.timer = setTimeout(() => this.flushNow(), ms);
+    this.timer.unref?.();
   }
 
   private flushNow(): void {

@@ -19,10 +19,11 @@ import { RunGoneError, type RawRun, type Runtime, type RunSpec } from '../runtim
 import { insertArtifacts, type NewArtifact } from '../store/artifacts.repository.ts';
 import { isDatabaseUnavailable, type Database, type Db, type ExecutionRow, type ExecutionUpdate, type NewExecutionRow } from '../store/database.ts';
 import { insertDlq } from '../store/dlq.repository.ts';
+import type { NewRunEvent } from '../store/events.repository.ts';
 import { getExecution, insertExecution, settleRunning, updateExecutionIf } from '../store/executions.repository.ts';
 import { stringifyJson } from '../util/json.ts';
 import { classify, type Classification } from './classify.ts';
-import { RunEventWriter } from './events.ts';
+import { EVENTS_CHANNEL, RunEventWriter } from './events.ts';
 import { mergedRequirements, resolveJobType } from './requests.ts';
 import { isTerminal } from './status.ts';
 import { inputJsonOf } from './views.ts';
@@ -92,6 +93,7 @@ export class Running {
     this.o.events?.onStarted?.(row);
     // GET /jobs/{id}/events: phases and output, written while this process holds the run.
     const events = new RunEventWriter({ db: this.o.db, executionId: row.id, maxBytes: this.o.config.max_stdout_bytes, clock: this.o.clock, logger: log });
+    let lastEvents: NewRunEvent[] = [];
     try {
       if (row.cancel_requested) holders.abort(row.id, 'cancel');
       if (!opts.adopt) events.status('running', 'starting', row.created_at);
@@ -111,12 +113,13 @@ export class Running {
         if (outcome.raw.stdoutTruncated) events.markTruncated('stdout');
         if (outcome.raw.stderrTruncated) events.markTruncated('stderr');
       }
-      // Stored before the record is settled: a reader that sees the record terminal has all output.
-      await events.close();
-      return await this.whileUnavailable(signal, log, () => this.finalize(row, outcome, log));
+      // Stored with the verdict (what is still pending) or before it (what was written already): a
+      // reader that sees the record terminal has all output.
+      lastEvents = await events.closeForSettle();
+      return await this.whileUnavailable(signal, log, () => this.finalize(row, outcome, log, lastEvents));
     } catch (err) {
       log.error({ err }, 'finalizing a run failed');
-      return await this.finalize(row, { kind: 'internal', type: 'internal_error', message: `internal error: ${errorMessage(err)}`, attempts: 1 }, log).catch(() => row);
+      return await this.finalize(row, { kind: 'internal', type: 'internal_error', message: `internal error: ${errorMessage(err)}`, attempts: 1 }, log, lastEvents).catch(() => row);
     } finally {
       await events.close().catch(() => {});
       holders.release(row.id);
@@ -192,7 +195,7 @@ export class Running {
   }
 
   /** Writes the verdict once (guarded on status `running` and our claim), with artifacts and DLQ. */
-  private async finalize(row: ExecutionRow, outcome: Exclude<Outcome, { kind: 'gone' }>, log: Logger): Promise<ExecutionRow> {
+  private async finalize(row: ExecutionRow, outcome: Exclude<Outcome, { kind: 'gone' }>, log: Logger, lastEvents: NewRunEvent[] = []): Promise<ExecutionRow> {
     const { db, workerId } = this.o;
     const now = new Date(this.o.clock.now());
     const raw = outcome.kind === 'ran' ? outcome.raw : null;
@@ -227,7 +230,7 @@ export class Running {
       skipped: a.skipped ?? null,
     }));
     const dlqError = c.error !== null && DLQ_ERROR_TYPES.has(c.error.type) ? c.error : null;
-    const settle = (q: Kysely<Database> | Transaction<Database>) => settleRunning(q, row.id, workerId, patch, DONE_CHANNEL);
+    const settle = (q: Kysely<Database> | Transaction<Database>) => settleRunning(q, row.id, workerId, patch, DONE_CHANNEL, { list: lastEvents, channel: EVENTS_CHANNEL });
     // The common case (no files, no DLQ entry) is one statement; otherwise one short transaction.
     const updated =
       artifacts.length === 0 && !dlqError

@@ -111,17 +111,37 @@ export async function updateExecutionIf(
 
 /**
  * Settles a running record held by `claimedBy` and sends `NOTIFY channel, id` in the same statement
- * (delivered on commit, so a waiter never sees the notification before the row). One round trip.
+ * (delivered on commit, so a waiter never sees the notification before the row), with the run's last
+ * `events` stored (and `NOTIFY events.channel, id`) in it too. One round trip.
  */
-export async function settleRunning(db: Q, id: string, claimedBy: string, patch: ExecutionUpdate, channel: string): Promise<ExecutionRow | undefined> {
+export async function settleRunning(
+  db: Q,
+  id: string,
+  claimedBy: string,
+  patch: ExecutionUpdate,
+  channel: string,
+  events?: { list: readonly { kind: string; data: string }[]; channel: string },
+): Promise<ExecutionRow | undefined> {
+  const list = events?.list ?? [];
+  // The run's last events go in with the verdict, atomically and in one round trip: a reader that
+  // sees the record terminal has them, and none is stored for a record someone else settled.
   const row = await db
     .with('u', (q) => q.updateTable('executions').set(patch).where('id', '=', id).where('status', '=', 'running').where('claimed_by', '=', claimedBy).returningAll())
+    .with('ev', (q) =>
+      q
+        .insertInto('execution_events')
+        .columns(['execution_id', 'kind', 'data'])
+        .expression(
+          sql`SELECT u.id, x.kind, x.data::json FROM u, unnest(${list.map((e) => e.kind)}::text[], ${list.map((e) => e.data)}::text[]) WITH ORDINALITY AS x(kind, data, ord) ORDER BY x.ord`,
+        ),
+    )
     .selectFrom('u')
     .selectAll()
     .select(sql<string>`pg_notify(${channel}, u.id)`.as('notified'))
+    .select(sql<string | null>`CASE WHEN ${list.length} > 0 THEN pg_notify(${events?.channel ?? ''}, u.id) END`.as('events_notified'))
     .executeTakeFirst();
   if (!row) return undefined;
-  const { notified: _notified, ...rest } = row;
+  const { notified: _notified, events_notified: _events, ...rest } = row;
   return rest as ExecutionRow;
 }
 

@@ -9,6 +9,7 @@ import { getArtifact, insertArtifacts, listArtifacts, listArtifactsFor, type New
 import { buildingOf, builtBuilds, expireStaleBuild, finishBuild, getBuild, insertBuilding, listBuilds, updateBuildPhase, type NewBuild } from '../../../src/store/builds.repository.ts';
 import type { Db, NewExecutionRow } from '../../../src/store/database.ts';
 import { deleteDlq, dlqStats, insertDlq, listDlq } from '../../../src/store/dlq.repository.ts';
+import { appendEvents, eventsAfter } from '../../../src/store/events.repository.ts';
 import {
   activeCountUpTo,
   canMatchText,
@@ -24,7 +25,7 @@ import {
 } from '../../../src/store/executions.repository.ts';
 import { usePairedDatabase } from '../../support/paired-db.ts';
 
-const pair = usePairedDatabase(['artifacts', 'executions', 'dlq', 'job_type_builds']);
+const pair = usePairedDatabase(['artifacts', 'executions', 'dlq', 'job_type_builds', 'execution_events']);
 let db: Db;
 let other: Db;
 beforeAll(() => {
@@ -140,6 +141,46 @@ describe('settleRunning', () => {
       while (got.length === 0 && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
       expect(got).toEqual(['s1']);
       expect((await getExecution(db.kysely, 's2'))?.status).toBe('running');
+    } finally {
+      await unlisten();
+    }
+  });
+
+  it("stores the run's last events with the verdict, after the ones written before, and notifies their channel", async () => {
+    await insertExecution(db.kysely, rec('ev', { status: 'running', claimed_by: 'w1' }));
+    await appendEvents(db.kysely, 'ev', [{ kind: 'status', data: '{"phase":"running"}' }]);
+    const got: string[] = [];
+    const unlisten = await other.listen('test_events', (p) => got.push(p));
+    try {
+      // NUL (as JSON escapes it), quotes, braces and a backslash: stored as written.
+      const last = [
+        { kind: 'stdout', data: JSON.stringify({ data: 'a\u0000b "q" {x} \\' }) },
+        { kind: 'stderr', data: JSON.stringify({ data: 'e' }) },
+      ];
+      expect(await settleRunning(db.kysely, 'ev', 'w1', { status: 'succeeded' }, 'test_done', { list: last, channel: 'test_events' })).toMatchObject({ status: 'succeeded' });
+      const stored = await eventsAfter(db.kysely, 'ev', 0, 10);
+      expect(stored.map((e) => [e.kind, e.data])).toEqual([['status', '{"phase":"running"}'], ...last.map((e) => [e.kind, e.data])]);
+      expect(stored[1]!.id).toBeGreaterThan(stored[0]!.id);
+      expect(stored[2]!.id).toBeGreaterThan(stored[1]!.id);
+      const end = Date.now() + 5000;
+      while (got.length === 0 && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
+      expect(got).toEqual(['ev']);
+    } finally {
+      await unlisten();
+    }
+  });
+
+  it('stores no events for a record it does not settle, and notifies no event channel without events', async () => {
+    await insertExecution(db.kysely, rec('held', { status: 'running', claimed_by: 'w2' }));
+    await insertExecution(db.kysely, rec('plain', { status: 'running', claimed_by: 'w1' }));
+    const got: string[] = [];
+    const unlisten = await other.listen('test_events', (p) => got.push(p));
+    try {
+      expect(await settleRunning(db.kysely, 'held', 'w1', { status: 'failed' }, 'test_done', { list: [{ kind: 'stdout', data: '{"data":"x"}' }], channel: 'test_events' })).toBeUndefined();
+      expect(await eventsAfter(db.kysely, 'held', 0, 10)).toEqual([]);
+      expect(await settleRunning(db.kysely, 'plain', 'w1', { status: 'succeeded' }, 'test_done', { list: [], channel: 'test_events' })).toMatchObject({ status: 'succeeded' });
+      await new Promise((r) => setTimeout(r, 300));
+      expect(got).toEqual([]);
     } finally {
       await unlisten();
     }
