@@ -72,6 +72,8 @@ export interface LocalRuntime extends Runtime {
 const MAX_UNIX_PATH = 107;
 /** Most warm processes kept, whatever max_workers says. */
 const MAX_WARM = 8;
+/** How long after a warm run its sandbox's teardown and the pool's refill wait (see runWarm), ms. */
+const WARM_TEARDOWN_DELAY_MS = 10;
 
 /**
  * Creates the local runtime. Nothing happens until `start()`, which picks the engine
@@ -120,6 +122,8 @@ class LocalRuntimeImpl implements LocalRuntime {
   private readonly root: string;
   private readonly instance: string;
   private readonly cleanups = new Set<Promise<void>>();
+  /** Teardowns of warm sandboxes whose runs ended, waiting out WARM_TEARDOWN_DELAY_MS. */
+  private readonly teardowns = new Set<() => void>();
   private readonly probeErrors: Partial<Record<EngineName, string>> = {};
   private gvisorWorks = false;
   /** Job-type builds (build.ts): usable once started. */
@@ -234,6 +238,8 @@ class LocalRuntimeImpl implements LocalRuntime {
   async stop(): Promise<void> {
     this.p?.warm?.stop();
     await this.p?.sandboxes?.stop();
+    // Warm sandboxes of ended runs still waiting for their teardown go now (the stopped pool refills nothing).
+    for (const t of [...this.teardowns]) t();
     await Promise.allSettled([...this.cleanups]);
     const p = this.p;
     this.p = null;
@@ -355,8 +361,17 @@ class LocalRuntimeImpl implements LocalRuntime {
       if (obs.cpuTimeMs !== undefined) obs.cpuTimeMs = Math.max(0, obs.cpuTimeMs - w.cpuBeforeMs);
       return this.finish(obs, t0, {}, collectRun(w.rd.outputDir, res, obs, spec));
     } finally {
-      this.background(w.destroy());
-      setImmediate(() => p.sandboxes?.tick());
+      // The teardown and the refill start a moment later: both take CPU (process kills, cgroup and
+      // directory removal, a new sandbox's start) that the run's record and answer would otherwise
+      // wait for on a small machine. The sandbox's processes were its program's; its outputs are in.
+      const teardown = () => {
+        clearTimeout(later);
+        this.teardowns.delete(teardown);
+        this.background(w.destroy());
+        p.sandboxes?.tick();
+      };
+      const later = setTimeout(teardown, WARM_TEARDOWN_DELAY_MS);
+      this.teardowns.add(teardown);
     }
   }
 
