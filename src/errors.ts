@@ -52,8 +52,8 @@ export class UnretryableError extends Error {
   override readonly name = 'UnretryableError';
   /** SPEC §7.2 error type the run should end with. */
   readonly errorType: string;
-  constructor(message: string, errorType = 'internal_error') {
-    super(message);
+  constructor(message: string, errorType = 'internal_error', options?: ErrorOptions) {
+    super(message, options);
     this.errorType = errorType;
   }
 }

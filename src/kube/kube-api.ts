@@ -90,7 +90,7 @@ function messageOf(err: unknown): string {
 function rethrow(op: string, err: unknown): never {
   const code = httpStatusOf(err);
   if (code !== undefined && code >= 400 && code < 500 && code !== 408 && code !== 429) {
-    throw new UnretryableError(`${op}: ${messageOf(err)}`, 'internal_error');
+    throw new UnretryableError(`${op}: ${messageOf(err)}`, 'internal_error', { cause: err });
   }
   throw new Error(`${op}: ${messageOf(err)}`, { cause: err });
 }

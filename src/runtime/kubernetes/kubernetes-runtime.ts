@@ -10,10 +10,10 @@
  * queue retries its own calls with backoff, outside the breaker.
  */
 import { readFileSync } from 'node:fs';
-import type { KubeConfig, V1Job, V1Pod, V1Secret } from '@kubernetes/client-node';
+import type { KubeConfig, V1Job, V1Secret } from '@kubernetes/client-node';
 import { systemClock, type Clock } from '../../clock.ts';
 import type { Config } from '../../config.ts';
-import { KubeApi, defaultKubeConfig } from '../../kube/index.ts';
+import { ExecError, KubeApi, defaultKubeConfig } from '../../kube/index.ts';
 import { silentLogger, type Logger } from '../../logger.ts';
 import { RUNNER_PATH } from '../../sandbox/paths.ts';
 import { baseObservation, emptyRun } from '../run-output.ts';
@@ -30,6 +30,15 @@ import { ANNOTATIONS, CONTAINERS, LABELS, executionLabel, jobNameFor } from './n
 import { POOL_LABELS, coldAttachJob, poolable } from './pool-plan.ts';
 import { defaultOutputLimits } from './output-tar.ts';
 import { Preflight } from './preflight.ts';
+
+/** How often a cold attach run tries to attach before the kubelet reports `main` running, ms. */
+const EARLY_ATTACH_INTERVAL_MS = 40;
+
+/** Whether an attach failed at the upgrade (an HTTP refusal, somewhere in its causes): no stream was opened. */
+function attachRefused(err: unknown): boolean {
+  for (let e: unknown = err; e instanceof Error; e = e.cause) if (e instanceof ExecError && e.httpStatus !== undefined) return true;
+  return false;
+}
 
 /** Constructor options of {@link createKubernetesRuntime}. */
 export interface KubernetesRuntimeOptions {
@@ -409,24 +418,40 @@ class KubernetesRuntime implements Runtime {
     return await waiting;
   }
 
+  /**
+   * Hands the program over as soon as `main` can take it. The kubelet reports a container running
+   * only at its next status sync (up to a second after the start), but attach asks the container
+   * runtime itself: so once the pod is bound to a node, attach is tried every
+   * {@link EARLY_ATTACH_INTERVAL_MS} before the status says so. A refused attach (the container is not
+   * running yet) opened no stream, so it leaves the `stdinOnce` stdin untouched and may be repeated;
+   * once the status says running, a failure is final.
+   */
   private async deliverWhenRunning(spec: RunSpec, key: string, jobUid: string, settled: () => boolean): Promise<void> {
-    let pod: V1Pod | undefined;
+    let lastTry = Number.NEGATIVE_INFINITY;
     while (!settled()) {
-      pod = this.controller.pods.list().find((p) => p.metadata?.labels?.[LABELS.executionId] === key && p.metadata?.ownerReferences?.some((r) => r.uid === jobUid));
+      const pod = this.controller.pods.list().find((p) => p.metadata?.labels?.[LABELS.executionId] === key && p.metadata?.ownerReferences?.some((r) => r.uid === jobUid));
       const main = pod?.status?.containerStatuses?.find((c) => c.name === CONTAINERS.main);
-      if (main?.state?.running && !pod?.metadata?.deletionTimestamp) break;
       if (main?.state?.terminated) return;
+      const usable = !!pod?.metadata?.name && !pod.metadata.deletionTimestamp;
+      const running = usable && !!main?.state?.running;
+      const early = usable && !running && !!pod?.spec?.nodeName && this.clock.now() - lastTry >= EARLY_ATTACH_INTERVAL_MS;
+      if (running || early) {
+        lastTry = this.clock.now();
+        try {
+          await this.deliverByAttach(key, pod!.metadata!.name!, spec);
+          this.controller.delivered(key, this.clock.now());
+          return;
+        } catch (err) {
+          // Not running yet (the upgrade was refused, no stream opened): try again shortly.
+          if (!running && attachRefused(err) && !settled()) continue;
+          // The program never reached the pod: the attempt fails (the service retries it) and its Job goes.
+          this.log.warn({ execution_id: spec.executionId, err: String(err) }, 'could not hand the program to the run pod');
+          this.controller.untrack(key);
+          await this.api.deleteJob(this.ns, jobNameFor(spec.executionId)).catch(() => undefined);
+          return;
+        }
+      }
       await new Promise((r) => setTimeout(r, 5));
-    }
-    if (settled() || !pod?.metadata?.name) return;
-    try {
-      await this.deliverByAttach(key, pod.metadata.name, spec);
-      this.controller.delivered(key, this.clock.now());
-    } catch (err) {
-      // The program never reached the pod: the attempt fails (the service retries it) and its Job goes.
-      this.log.warn({ execution_id: spec.executionId, err: String(err) }, 'could not hand the program to the run pod');
-      this.controller.untrack(key);
-      await this.api.deleteJob(this.ns, jobNameFor(spec.executionId)).catch(() => undefined);
     }
   }
 

@@ -244,6 +244,13 @@ export class FakeKube {
    * ImagePullBackOff, and never starts, as the kubelet leaves it.
    */
   readonly unpullable = new Set<string>();
+  /**
+   * How long the status of a warm pod's started `main` trails its start, ms (a kubelet reports it at
+   * its next status sync, up to a second later); attach reaches the running process meanwhile. 0: at once.
+   */
+  statusLagMs = 0;
+  /** Attaches refused because the container was not running (yet). */
+  attachRefusals = 0;
   /** Warm pods' runner processes by pod name (runWarmPods). */
   private readonly procs = new Map<string, { child: import('node:child_process').ChildProcess; sinks: Set<(b: Buffer) => void>; attached: boolean }>();
   /** Epoch ms at which the test marked a pod's main container terminated, by pod name. */
@@ -1192,7 +1199,12 @@ export class FakeKube {
     const spec = (pod.spec.containers as { name: string; stdin?: boolean }[]).find((c) => c.name === container);
     const cs = (pod.status.containerStatuses ?? []).find((c: { name: string }) => c.name === container);
     if (!spec || !cs) return refuse(400, status(400, 'BadRequest', `container ${container} is not valid for pod ${podName}`));
-    if (!cs.state?.running) return refuse(400, status(400, 'BadRequest', `container ${container} is not running`));
+    // Like the container runtime, which attach asks: a started process counts, whatever the status says.
+    const started = container === 'main' && this.procs.has(podName);
+    if (!cs.state?.running && !started) {
+      this.attachRefusals++;
+      return refuse(400, status(400, 'BadRequest', `container ${container} is not running`));
+    }
     if (url.searchParams.get('stdin') === 'true' && !spec.stdin) return refuse(400, status(400, 'BadRequest', `stdin is not enabled for container ${container}`));
     this.wss.handleUpgrade(req, socket, head, (ws) => {
       const call: AttachCall = { namespace: ns, pod: podName, container, protocol: ws.protocol, stdin: [] };
@@ -1272,7 +1284,15 @@ export class FakeKube {
       if (!this.get('pods', pod.metadata.namespace, podName)) return;
       this.mainTerminated(podName, code ?? (signal ? 137 : 1));
     });
-    this.mainRunning(podName);
+    // The kubelet reports a started container at its next status sync; the runtime (attach) knows at once.
+    if (this.statusLagMs > 0) {
+      this.later(this.statusLagMs, () => {
+        if (!this.list('pods').some((p) => p.metadata.name === podName && !p.metadata.deletionTimestamp)) return;
+        if (this.procs.has(podName)) this.mainRunning(podName);
+        // main ended within the lag (its end is reported already): the collector's start still is.
+        else this.updatePod(podName, (p) => this.setContainer(p, 'collector', { running: { startedAt: kubeTime() } }, { started: true, ready: true }));
+      });
+    } else this.mainRunning(podName);
   }
 
   private async runExec(ws: WebSocket, call: ExecCall, pod: KObj): Promise<void> {
