@@ -20,7 +20,7 @@ import type { Logger } from '../logger.ts';
 import { DONE_CHANNEL } from '../queue/channels.ts';
 import { listArtifacts } from '../store/artifacts.repository.ts';
 import type { Db, ExecutionRow } from '../store/database.ts';
-import { appendEvents, eventsAfter, eventsSummary, type NewRunEvent } from '../store/events.repository.ts';
+import { appendEvents, eventsAfter, eventsSummary, storedOutput, type NewRunEvent } from '../store/events.repository.ts';
 import { getExecution } from '../store/executions.repository.ts';
 import { stringifyJson } from '../util/json.ts';
 import { isTerminal } from './status.ts';
@@ -72,6 +72,8 @@ export class RunEventWriter {
   /** The stream of the last pending event when it is output text still open for appending. */
   private openText: { stream: OutputStream; text: string } | null = null;
   private readonly bytes = { stdout: 0, stderr: 0 };
+  /** Bytes still to drop from the start of each stream (output stored before an adoption). */
+  private readonly skip = { stdout: 0, stderr: 0 };
   private readonly truncated = { stdout: false, stderr: false };
   private readonly decoders = { stdout: new TextDecoder('utf-8', { ignoreBOM: true }), stderr: new TextDecoder('utf-8', { ignoreBOM: true }) };
   private timer: NodeJS.Timeout | null = null;
@@ -100,8 +102,33 @@ export class RunEventWriter {
     this.flushSoon(this.o.statusFlushMs ?? STATUS_FLUSH_MS);
   }
 
+  /**
+   * Picks up a run another process held (adoption after a restart): the runtime delivers its output
+   * from the start again (a cluster run's log is followed from its beginning), so as many bytes as the
+   * stored output events hold are skipped, and the per-stream cap counts them. The count is of the
+   * stored (decoded) text, so output with invalid UTF-8 may be skipped a few bytes off.
+   */
+  async resume(): Promise<void> {
+    try {
+      const stored = await storedOutput(this.o.db.kysely, this.o.executionId);
+      for (const s of ['stdout', 'stderr'] as const) {
+        const n = stored.texts[s].reduce((sum, t) => sum + Buffer.byteLength(t, 'utf8'), 0);
+        this.skip[s] = n;
+        this.bytes[s] = n;
+      }
+      for (const s of stored.truncated) this.truncated[s] = true;
+    } catch (err) {
+      this.o.logger.warn({ execution_id: this.o.executionId, err: String(err) }, 'stored run events could not be read; output may repeat');
+    }
+  }
+
   /** Bytes the program wrote to a stream; decoded as the record decodes (UTF-8, invalid → U+FFFD). */
   output(stream: OutputStream, chunk: Uint8Array): void {
+    if (this.skip[stream] > 0 && chunk.length > 0) {
+      const drop = Math.min(this.skip[stream], chunk.length);
+      this.skip[stream] -= drop;
+      chunk = chunk.subarray(drop);
+    }
     if (this.closed || this.truncated[stream] || chunk.length === 0) return;
     const room = this.o.maxBytes - this.bytes[stream];
     const take = chunk.length > room ? chunk.subarray(0, Math.max(0, room)) : chunk;

@@ -97,6 +97,8 @@ export class Running {
     try {
       if (row.cancel_requested) holders.abort(row.id, 'cancel');
       if (!opts.adopt) events.status('running', 'starting', row.created_at);
+      // Adopted: what the earlier holder stored is not stored again.
+      else await events.resume();
       const outcome = await this.runGuarded(row, signal, opts.adopt ?? false, log, events);
       // The sandbox is gone: its worker slot can serve the next job while this one is recorded.
       opts.release?.();

@@ -52,3 +52,22 @@ export async function eventsSummary(db: Q, executionId: string): Promise<{ maxId
     .executeTakeFirst();
   return { maxId: Number(r?.max_id ?? 0), hasOutput: r?.has_output === true };
 }
+
+/** The output a run's events hold so far, per stream, and the streams marked cut (for a writer that resumes). */
+export async function storedOutput(db: Q, executionId: string): Promise<{ texts: Record<'stdout' | 'stderr', string[]>; truncated: ('stdout' | 'stderr')[] }> {
+  const rows = await db
+    .selectFrom('execution_events')
+    .select(['kind', sql<string>`data::text`.as('data')])
+    .where('execution_id', '=', executionId)
+    .where('kind', 'in', ['stdout', 'stderr', 'truncated'])
+    .orderBy('id')
+    .execute();
+  const texts: Record<'stdout' | 'stderr', string[]> = { stdout: [], stderr: [] };
+  const truncated: ('stdout' | 'stderr')[] = [];
+  for (const r of rows) {
+    const d = JSON.parse(r.data) as { data?: unknown; stream?: unknown };
+    if ((r.kind === 'stdout' || r.kind === 'stderr') && typeof d.data === 'string') texts[r.kind].push(d.data);
+    if (r.kind === 'truncated' && (d.stream === 'stdout' || d.stream === 'stderr')) truncated.push(d.stream);
+  }
+  return { texts, truncated };
+}
