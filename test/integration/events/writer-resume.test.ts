@@ -10,6 +10,7 @@ import { insertExecution } from '../../../src/store/executions.repository.ts';
 import { storedOutput } from '../../../src/store/events.repository.ts';
 import type { Db } from '../../../src/store/database.ts';
 import { connectionPair, freshDatabase, type TestDatabase } from '../../support/db.ts';
+import { orphanRow } from '../../support/rows.ts';
 
 let database: TestDatabase;
 let db: Db;
@@ -28,23 +29,9 @@ afterAll(async () => {
 const enc = (s: string) => new TextEncoder().encode(s);
 const writer = (id: string, maxBytes = 1000) => new RunEventWriter({ db, executionId: id, maxBytes, clock: systemClock, logger: silentLogger, flushMs: 1 });
 
+/** A running record held by this test (the run whose events are written). */
 async function run(id: string): Promise<void> {
-  await insertExecution(db.kysely, {
-    id,
-    status: 'running',
-    mode: 'async',
-    job_type: 'default',
-    job_version: 'latest',
-    job_ref: 'default@latest',
-    code: 'print(1)',
-    input_data: '{}',
-    code_hash: 'c',
-    input_hash: 'i',
-    timeout_s: 30,
-    startup_timeout_s: 60,
-    requirements: '[]',
-    created_at: new Date(),
-  });
+  await insertExecution(db.kysely, orphanRow(id, 'execution', 'print(1)', 'this-test'));
 }
 
 describe('RunEventWriter.resume', () => {
