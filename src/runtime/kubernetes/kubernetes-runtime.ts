@@ -347,19 +347,8 @@ class KubernetesRuntime implements Runtime {
     if (!claim) return null;
     const jobName = claim.job.metadata?.name ?? '';
     const podName = claim.pod.metadata?.name ?? '';
-    const t = this.options.tuning ?? {};
-    const tracked = this.controller.track(key, {
-      state: newRunState({
-        executionId: spec.executionId,
-        jobName,
-        startedAt,
-        startupTimeoutMs: spec.startupTimeoutSec * 1000,
-        podGoneGraceMs: t.podGoneGraceMs ?? 3000,
-        jobSeen: true,
-        warm: { deliveredAt: null, done: null },
-      }),
-      limits: defaultOutputLimits(spec.maxArtifactBytes, spec.maxStdoutBytes),
-      ...(options.onPhase ? { onPhase: options.onPhase } : {}),
+    const tracked = this.trackAttached(spec, options, key, jobName, startedAt, {
+      jobSeen: true,
       ...(claim.job.metadata?.uid ? { jobUid: claim.job.metadata.uid } : {}),
       ...(claim.pod.metadata?.uid ? { podUid: claim.pod.metadata.uid } : {}),
     });
@@ -376,6 +365,32 @@ class KubernetesRuntime implements Runtime {
     return this.awaitTracked(key, tracked, options.signal);
   }
 
+  /** Starts driving a run whose program goes by attach (a pool pod, or a cold attach pod). */
+  private trackAttached(
+    spec: RunSpec,
+    options: RunOptions,
+    key: string,
+    jobName: string,
+    startedAt: number,
+    known: { jobSeen?: boolean; jobUid?: string; podUid?: string },
+  ): Promise<RawRun> {
+    const { jobSeen, ...uids } = known;
+    return this.controller.track(key, {
+      state: newRunState({
+        executionId: spec.executionId,
+        jobName,
+        startedAt,
+        startupTimeoutMs: spec.startupTimeoutSec * 1000,
+        podGoneGraceMs: this.options.tuning?.podGoneGraceMs ?? 3000,
+        ...(jobSeen ? { jobSeen } : {}),
+        warm: { deliveredAt: null, done: null },
+      }),
+      limits: defaultOutputLimits(spec.maxArtifactBytes, spec.maxStdoutBytes),
+      ...(options.onPhase ? { onPhase: options.onPhase } : {}),
+      ...uids,
+    });
+  }
+
   /**
    * A cold run made like a warm one (`kubernetes.cold_start: attach`): its Job is a pool Job named
    * after the execution (pool-plan.ts `coldAttachJob`); once `main` runs, the program goes through
@@ -383,20 +398,8 @@ class KubernetesRuntime implements Runtime {
    */
   private async runColdAttach(spec: RunSpec, options: RunOptions, key: string, startedAt: number, runtimeClassName: string | null): Promise<RawRun> {
     const jobName = jobNameFor(spec.executionId);
-    const t = this.options.tuning ?? {};
     const job = coldAttachJob(spec, this.config, { name: jobName, runtimeClassName, runnerSource: this.runner(), graceSec: this.config.kubernetes.deadline_grace_seconds });
-    const tracked = this.controller.track(key, {
-      state: newRunState({
-        executionId: spec.executionId,
-        jobName,
-        startedAt,
-        startupTimeoutMs: spec.startupTimeoutSec * 1000,
-        podGoneGraceMs: t.podGoneGraceMs ?? 3000,
-        warm: { deliveredAt: null, done: null },
-      }),
-      limits: defaultOutputLimits(spec.maxArtifactBytes, spec.maxStdoutBytes),
-      ...(options.onPhase ? { onPhase: options.onPhase } : {}),
-    });
+    const tracked = this.trackAttached(spec, options, key, jobName, startedAt, {});
     let settled = false;
     tracked.then(
       () => (settled = true),
