@@ -9,7 +9,7 @@
  */
 import type { KubeConfig } from '@kubernetes/client-node';
 import WebSocket from 'ws';
-import { EXEC_PROTOCOLS, ExecError, type ExecStatus } from './exec.ts';
+import { EXEC_PROTOCOLS, ExecError, onRefusal, type ExecStatus } from './exec.ts';
 
 /** One attach request. */
 export interface AttachRequest {
@@ -66,19 +66,7 @@ export async function attachToContainer(kc: KubeConfig, req: AttachRequest): Pro
   ws.on('close', () => resolveEnded({ status }));
   await new Promise<void>((resolve, reject) => {
     ws.once('open', () => resolve());
-    ws.on('unexpected-response', (_req, res) => {
-      let body = '';
-      res.on('data', (c: Buffer) => (body += c.toString('utf8').slice(0, 2000)));
-      res.on('end', () => {
-        let msg = body;
-        try {
-          msg = (JSON.parse(body) as { message?: string }).message ?? body;
-        } catch {
-          /* not JSON */
-        }
-        reject(new ExecError(`attach refused: HTTP ${res.statusCode ?? '?'} ${msg}`.trim(), res.statusCode));
-      });
-    });
+    onRefusal(ws, 'attach', reject);
     ws.on('error', (err) => {
       if (ws.readyState === ws.CONNECTING || ws.readyState === ws.CLOSED) reject(new ExecError(`attach failed: ${err.message}`, undefined, true));
       resolveEnded({ status });

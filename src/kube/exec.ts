@@ -77,6 +77,26 @@ export class ExecError extends Error {
 }
 
 /**
+ * Turns a refused WebSocket upgrade (the API server answered with an HTTP status instead of 101) into
+ * an {@link ExecError} carrying that status and the Status message of its body.
+ */
+export function onRefusal(ws: WebSocket, what: 'exec' | 'attach', fail: (err: ExecError) => void): void {
+  ws.on('unexpected-response', (_req, res) => {
+    let body = '';
+    res.on('data', (c: Buffer) => (body += c.toString('utf8').slice(0, 2000)));
+    res.on('end', () => {
+      let msg = body;
+      try {
+        msg = (JSON.parse(body) as { message?: string }).message ?? body;
+      } catch {
+        /* not JSON */
+      }
+      fail(new ExecError(`${what} refused: HTTP ${res.statusCode ?? '?'} ${msg}`.trim(), res.statusCode));
+    });
+  });
+}
+
+/**
  * Runs a command in a container and resolves once the server closed the stream. Rejects with
  * {@link ExecError} when the upgrade is refused (e.g. 404: pod gone; 400: container not running) or
  * the socket breaks before a status arrived.
@@ -125,19 +145,7 @@ export async function execInContainer(kc: KubeConfig, req: ExecRequest): Promise
       ws.terminate();
       reject(err);
     }
-    ws.on('unexpected-response', (_req, res) => {
-      let body = '';
-      res.on('data', (c: Buffer) => (body += c.toString('utf8').slice(0, 2000)));
-      res.on('end', () => {
-        let msg = body;
-        try {
-          msg = (JSON.parse(body) as { message?: string }).message ?? body;
-        } catch {
-          /* not JSON */
-        }
-        fail(new ExecError(`exec refused: HTTP ${res.statusCode ?? '?'} ${msg}`.trim(), res.statusCode));
-      });
-    });
+    onRefusal(ws, 'exec', fail);
     ws.on('error', (err) => {
       if (/handshake has timed out/.test(err.message)) fail(new ExecError(`exec: the API server did not answer the upgrade within ${handshakeTimeout} ms`, undefined, true));
       // Before the upgrade was answered nothing reached the pod: the API server is out of reach.
