@@ -2,6 +2,9 @@
  * A real service for integration tests: real database (PostgreSQL or PGlite), real local sandbox
  * (bubblewrap by default: the fastest real isolation here; the sandbox suite covers gVisor too).
  */
+import type { AddressInfo } from 'node:net';
+import type { ServerType } from '@hono/node-server';
+import { afterAll, beforeAll } from 'vitest';
 import { parseConfig, type Config } from '../../src/config.ts';
 import { silentLogger } from '../../src/logger.ts';
 import { createService, listen, type Service, type ServiceOverrides } from '../../src/main.ts';
@@ -57,3 +60,22 @@ export async function startTestService(config: Record<string, unknown> = {}, ove
 }
 
 export { listen };
+
+/**
+ * A test service listening on a free loopback port, for the tests of the calling `describe`: started
+ * before them, stopped after. Read `svc` and `url` inside the tests (they are set by then).
+ */
+export function useServedService(config: Record<string, unknown> = {}): { readonly svc: TestService; readonly url: string } {
+  const t = {} as { svc: TestService; url: string; server?: ServerType };
+  beforeAll(async () => {
+    t.svc = await startTestService(config);
+    t.server = await listen(t.svc, 0, '127.0.0.1');
+    t.url = `http://127.0.0.1:${(t.server.address() as AddressInfo).port}`;
+  }, 120_000);
+  afterAll(async () => {
+    const server = t.server;
+    if (server) await new Promise<void>((r) => server.close(() => r()));
+    await t.svc?.close();
+  });
+  return t;
+}

@@ -10,8 +10,8 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { listen, startTestService, type TestService } from '../../support/service.ts';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { useServedService } from '../../support/service.ts';
 
 const BIN = path.resolve('src/cli/sandpod.js');
 const TOKEN = 'cli-test-token-0123456789abcdef';
@@ -49,27 +49,15 @@ function file(name: string, text: string): string {
   return p;
 }
 
-async function serve(svc: TestService): Promise<{ url: string; close: () => Promise<void> }> {
-  const server = await listen(svc, 0, '127.0.0.1');
-  const { port } = server.address() as AddressInfo;
-  return { url: `http://127.0.0.1:${port}`, close: () => new Promise((r) => server.close(() => r())) };
-}
 
 describe('sandpod against a running service', () => {
-  let svc: TestService;
-  let http: Awaited<ReturnType<typeof serve>>;
+  const served = useServedService();
   let env: Record<string, string>;
   let hasEvents = false;
   beforeAll(async () => {
-    svc = await startTestService();
-    http = await serve(svc);
-    env = { SANDPOD_URL: http.url };
-    const probe = (await (await svc.get('/jobs/00000000-0000-4000-8000-000000000000/events')).json()) as { detail: string };
+    env = { SANDPOD_URL: served.url };
+    const probe = (await (await served.svc.get('/jobs/00000000-0000-4000-8000-000000000000/events')).json()) as { detail: string };
     hasEvents = !probe.detail.startsWith('no route');
-  }, 120_000);
-  afterAll(async () => {
-    await http?.close();
-    await svc?.close();
   });
 
   it('run: prints stdout and stderr and exits with the program\'s exit code', async () => {
@@ -148,7 +136,7 @@ describe('sandpod against a running service', () => {
     const id = sub.stdout.trim();
     // Wait until it runs (the long-poll of the result says so), then cancel.
     for (;;) {
-      const s = (await (await svc.get(`/jobs/${id}`)).json()) as { status: string };
+      const s = (await (await served.svc.get(`/jobs/${id}`)).json()) as { status: string };
       if (s.status === 'running') break;
       await new Promise((r) => setTimeout(r, 100));
     }
@@ -169,9 +157,9 @@ describe('sandpod against a running service', () => {
     const r = await sandpod(['run', prog], env, (all) => {
       if (sawFirstWhileRunning || !all.includes('first\n')) return;
       sawFirstWhileRunning = (async () => {
-        const page = (await (await svc.get('/executions?status=running')).json()) as { items: { job_id: string }[] };
+        const page = (await (await served.svc.get('/executions?status=running')).json()) as { items: { job_id: string }[] };
         const running = page.items.length === 1;
-        for (const i of page.items) await svc.post(`/jobs/${i.job_id}/cancel`);
+        for (const i of page.items) await served.svc.post(`/jobs/${i.job_id}/cancel`);
         return running;
       })();
     });
@@ -208,7 +196,7 @@ describe('sandpod against a running service', () => {
     const r = await new Promise<{ status: number | null; stdout: string; stderr: string }>((resolve, reject) => {
       // A person's terminal: without CI in the environment (ora, like most tools, never animates under CI).
       const { CI: _ci, ...terminalEnv } = process.env;
-      const child = spawn('/usr/bin/python3', ['-c', PTY_RUN, process.execPath, BIN, 'run', prog], { env: { ...terminalEnv, SANDPOD_URL: http.url } });
+      const child = spawn('/usr/bin/python3', ['-c', PTY_RUN, process.execPath, BIN, 'run', prog], { env: { ...terminalEnv, SANDPOD_URL: served.url } });
       let stdout = '';
       let stderr = '';
       child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
@@ -259,24 +247,15 @@ describe('sandpod without a service or a token', () => {
   });
 
   describe('with auth on', () => {
-    let svc: TestService;
-    let http: Awaited<ReturnType<typeof serve>>;
-    beforeAll(async () => {
-      svc = await startTestService({ sandbox_engine: 'process', auth: { tokens: [TOKEN] } });
-      http = await serve(svc);
-    }, 120_000);
-    afterAll(async () => {
-      await http?.close();
-      await svc?.close();
-    });
+    const authed = useServedService({ sandbox_engine: 'process', auth: { tokens: [TOKEN] } });
 
     it('401 without a token (exit 3, a hint), works with SANDPOD_TOKEN or --token', async () => {
-      const r = await sandpod(['job-types'], { SANDPOD_URL: http.url });
+      const r = await sandpod(['job-types'], { SANDPOD_URL: authed.url });
       expect(r.code).toBe(3);
       expect(r.stderr).toMatch(/^sandpod: .* \[unauthorized\] \(pass --token or set SANDPOD_TOKEN\)\n$/);
-      const env = await sandpod(['--json', 'job-types'], { SANDPOD_URL: http.url, SANDPOD_TOKEN: TOKEN });
+      const env = await sandpod(['--json', 'job-types'], { SANDPOD_URL: authed.url, SANDPOD_TOKEN: TOKEN });
       expect(env.code, env.stderr).toBe(0);
-      const flag = await sandpod(['run', file('a.py', 'print("authed")\n'), '--token', TOKEN, '--url', http.url]);
+      const flag = await sandpod(['run', file('a.py', 'print("authed")\n'), '--token', TOKEN, '--url', authed.url]);
       expect(flag).toMatchObject({ code: 0, stdout: 'authed\n' });
     });
   });

@@ -9,32 +9,18 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createSandpodClient, SandpodConnectionError, SandpodError, unwrap, type ErrorBody, type ExecutionRecordFull, type SandpodEvent } from '../../../src/client/index.ts';
-import { listen, startTestService, type TestService } from '../../support/service.ts';
+import { useServedService } from '../../support/service.ts';
 // The package's own export (package.json `exports`): the same client, by the package name.
 import type { SandpodClient as ExportedClient } from 'sandpod';
 
 const TOKEN = 'client-test-token-0123456789';
 
-async function serve(svc: TestService): Promise<{ url: string; close: () => Promise<void> }> {
-  const server = await listen(svc, 0, '127.0.0.1');
-  const { port } = server.address() as AddressInfo;
-  return { url: `http://127.0.0.1:${port}`, close: () => new Promise((r) => server.close(() => r())) };
-}
 
 describe('the client against the running app', () => {
-  let svc: TestService;
-  let http: Awaited<ReturnType<typeof serve>>;
-  beforeAll(async () => {
-    svc = await startTestService();
-    http = await serve(svc);
-  }, 120_000);
-  afterAll(async () => {
-    await http?.close();
-    await svc?.close();
-  });
+  const served = useServedService();
 
   it('submits, waits for the result and reads the typed record', async () => {
-    const client: ExportedClient = createSandpodClient({ baseUrl: http.url });
+    const client: ExportedClient = createSandpodClient({ baseUrl: served.url });
     const code = 'import json\nd = json.load(open("/input/data.json"))\nprint("n is", d["n"])\njson.dump({"twice": d["n"] * 2}, open("/output/result.json", "w"))\nopen("/output/a.txt", "w").write("artifact")\n';
     const job = unwrap(await client.POST('/execute/async', { body: { code, input_data: { n: 21 } } }));
     expect(job.status).toBe('pending');
@@ -52,7 +38,7 @@ describe('the client against the running app', () => {
   });
 
   it('throws SandpodError with the error body: 404 unknown job, 400 naming the field', async () => {
-    const client = createSandpodClient({ baseUrl: `${http.url}/` });
+    const client = createSandpodClient({ baseUrl: `${served.url}/` });
     const missing = await client.GET('/jobs/{id}', { params: { path: { id: '00000000-0000-4000-8000-000000000000' } } });
     const e404 = (() => {
       try {
@@ -74,7 +60,7 @@ describe('the client against the running app', () => {
   });
 
   it('events(): the stream of a job, or a 404 error body for an unknown job', async () => {
-    const client = createSandpodClient({ baseUrl: http.url });
+    const client = createSandpodClient({ baseUrl: served.url });
     const job = unwrap(await client.POST('/execute/async', { body: { code: 'print("streamed")' } }));
     let err: unknown;
     const seen: SandpodEvent[] = [];
@@ -109,25 +95,16 @@ describe('the client against the running app', () => {
 });
 
 describe('bearer tokens', () => {
-  let svc: TestService;
-  let http: Awaited<ReturnType<typeof serve>>;
-  beforeAll(async () => {
-    svc = await startTestService({ sandbox_engine: 'process', auth: { tokens: [TOKEN] } });
-    http = await serve(svc);
-  }, 120_000);
-  afterAll(async () => {
-    await http?.close();
-    await svc?.close();
-  });
+  const served = useServedService({ sandbox_engine: 'process', auth: { tokens: [TOKEN] } });
 
   it('401 unauthorized without the token, 200 with it', async () => {
-    const anon = await createSandpodClient({ baseUrl: http.url }).GET('/job-types');
+    const anon = await createSandpodClient({ baseUrl: served.url }).GET('/job-types');
     expect(anon.response.status).toBe(401);
     // The document lists no 401 per operation (auth is optional, declared once as a security scheme).
     expect((anon.error as ErrorBody | undefined)?.code).toBe('unauthorized');
-    const wrong = await createSandpodClient({ baseUrl: http.url, token: 'not-the-token-at-all' }).GET('/job-types');
+    const wrong = await createSandpodClient({ baseUrl: served.url, token: 'not-the-token-at-all' }).GET('/job-types');
     expect(wrong.response.status).toBe(401);
-    const types = unwrap(await createSandpodClient({ baseUrl: http.url, token: TOKEN }).GET('/job-types'));
+    const types = unwrap(await createSandpodClient({ baseUrl: served.url, token: TOKEN }).GET('/job-types'));
     expect(types.map((t) => t.name)).toContain('default');
   });
 });
