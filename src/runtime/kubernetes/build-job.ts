@@ -25,9 +25,10 @@ export interface BuildJobOptions {
   runnerSource: string;
   /**
    * With `kubernetes.egress_proxy`: the key its credentials are signed with and the time of signing
-   * (ms). Bridge types with `allowed_hosts` then reach the network through the proxy only.
+   * (ms). Bridge types with `allowed_hosts` then reach the network through the proxy only. `address`:
+   * the proxy host resolved by the service (the pod then gets that address and needs no DNS).
    */
-  egressProxy?: { key: Buffer | string; nowMs: number } | null;
+  egressProxy?: { key: Buffer | string; nowMs: number; address?: string | null } | null;
 }
 
 /** How long a run's proxy credential outlives its Job's deadline (clock skew between service and proxy). */
@@ -194,7 +195,9 @@ export function buildJob(spec: RunSpec, jobType: JobType, config: BuildJobConfig
   if (proxied && k.egress_proxy) {
     // After the job type's env: these win. NO_PROXY empty, so every request goes through the proxy.
     const expiresAtMs = proxied.nowMs + (jobDeadlineSeconds(spec, k.deadline_grace_seconds) + EGRESS_TOKEN_MARGIN_SECONDS) * 1000;
-    const url = egressProxyUrl(k.egress_proxy.url, { executionId: spec.executionId, allowedHosts: [...jobType.network.allowedHosts], expiresAtMs }, proxied.key);
+    const base = new URL(k.egress_proxy.url);
+    if (proxied.address) base.hostname = proxied.address.includes(':') ? `[${proxied.address}]` : proxied.address;
+    const url = egressProxyUrl(base.toString(), { executionId: spec.executionId, allowedHosts: [...jobType.network.allowedHosts], expiresAtMs }, proxied.key);
     for (const v of ['HTTP_PROXY', 'HTTPS_PROXY', 'http_proxy', 'https_proxy']) runnerArgs.push('--env', `${v}=${url}`);
     runnerArgs.push('--env', 'NO_PROXY=', '--env', 'no_proxy=');
   }

@@ -9,7 +9,9 @@
  * retried attempt picks up what an earlier one left. Once the run is tracked, the controller's work
  * queue retries its own calls with backoff, outside the breaker.
  */
+import { lookup } from 'node:dns/promises';
 import { readFileSync } from 'node:fs';
+import { isIP } from 'node:net';
 import type { KubeConfig, V1Job, V1Secret } from '@kubernetes/client-node';
 import { systemClock, type Clock } from '../../clock.ts';
 import type { Config } from '../../config.ts';
@@ -33,6 +35,8 @@ import { Preflight } from './preflight.ts';
 
 /** How often a cold attach run tries to attach before the kubelet reports `main` running, ms. */
 const EARLY_ATTACH_INTERVAL_MS = 40;
+/** How long a resolved egress proxy address is used before it is looked up again, ms. */
+const PROXY_ADDRESS_TTL_MS = 30_000;
 
 /** Whether an attach failed at the upgrade (an HTTP refusal, somewhere in its causes): no stream was opened. */
 function attachRefused(err: unknown): boolean {
@@ -94,6 +98,7 @@ class KubernetesRuntime implements Runtime {
   private readonly ns: string;
   private runnerSource: string | null;
   private egressKeyText: string | null = null;
+  private proxyAddress: { host: string; address: string; at: number } | null = null;
   private runtimeClass: { exists: boolean | null; at: number } = { exists: null, at: 0 };
   private healthCache: { value: RuntimeHealth; at: number } | null = null;
   private started = false;
@@ -261,7 +266,7 @@ class KubernetesRuntime implements Runtime {
     const { secret, job } = buildJob(spec, spec.jobType, this.config, {
       runtimeClassName: runtimeClassName === false ? null : runtimeClassName,
       runnerSource: this.runner(),
-      egressProxy: egressKey === null ? null : { key: egressKey, nowMs: this.clock.now() },
+      egressProxy: egressKey === null ? null : { key: egressKey, nowMs: this.clock.now(), address: await this.egressProxyAddress() },
     });
 
     let adopted: V1Job | null = null;
@@ -504,6 +509,28 @@ class KubernetesRuntime implements Runtime {
       }
     }
     return this.egressKeyText;
+  }
+
+  /**
+   * The egress proxy's host as an address, resolved here (cached {@link PROXY_ADDRESS_TTL_MS}): a
+   * proxied pod then gets the address and needs no DNS, which its NetworkPolicy does not allow (DNS
+   * queries would be a channel out). Null when it cannot be resolved: the pod gets the name.
+   */
+  private async egressProxyAddress(): Promise<string | null> {
+    const proxy = this.config.kubernetes.egress_proxy;
+    if (!proxy) return null;
+    const host = new URL(proxy.url).hostname.replace(/^\[|\]$/g, '');
+    if (isIP(host)) return host;
+    const now = this.clock.now();
+    if (this.proxyAddress && this.proxyAddress.host === host && now - this.proxyAddress.at < PROXY_ADDRESS_TTL_MS) return this.proxyAddress.address;
+    try {
+      const { address } = await lookup(host);
+      this.proxyAddress = { host, address, at: now };
+      return address;
+    } catch (err) {
+      this.log.warn({ host, err: String(err) }, 'cannot resolve the egress proxy; proxied pods get its name and need DNS to reach it');
+      return this.proxyAddress?.host === host ? this.proxyAddress.address : null;
+    }
   }
 
   /**

@@ -55,6 +55,7 @@ describe('egress proxy env on run pods (fake API server)', () => {
     for (const k of ['HTTP_PROXY', 'HTTPS_PROXY', 'http_proxy', 'https_proxy']) expect(env[k]).toBe(env.HTTP_PROXY);
     expect([env.NO_PROXY, env.no_proxy]).toEqual(['', '']);
     const url = new URL(env.HTTP_PROXY!);
+    // A name the service cannot resolve (no cluster DNS here) is passed on as it is.
     expect(url.host).toBe('egress.sandpod.svc:3128');
     expect(decodeURIComponent(url.username)).toBe(s.executionId);
     // Signed with the key file's key (the trailing newline is not part of it), for this run's patterns.
@@ -73,6 +74,28 @@ describe('egress proxy env on run pods (fake API server)', () => {
     const { env, labels } = await podEnv(spec({ jobType: t }));
     expect(labels['sandpod.io/egress']).toBeUndefined();
     expect(Object.keys(env).filter((k) => /proxy/i.test(k))).toEqual([]);
+  });
+});
+
+describe('egress proxy address', () => {
+  it('a proxy name the service resolves reaches the pod as an address: the pod needs no DNS', async () => {
+    const config = testConfig({ kubernetes: { executor_image: 'sandpod/executor:test', deadline_grace_seconds: 5, preflight: false, egress_proxy: { url: 'http://localhost:3128', key_file: keyFile } } });
+    const rt2 = await startRuntime(fake, { config, options: { clock: { now: () => NOW } } });
+    try {
+      const t = jobType({ name: 'http', network: { mode: 'bridge', allowed_hosts: ['api.github.com:443'] } });
+      const s = spec({ jobType: t });
+      const ac = new AbortController();
+      const running = rt2.run(s, { signal: ac.signal });
+      const pod = fake.get('pods', 'sandpod-jobs', await podOf(fake, s))!;
+      ac.abort();
+      await running;
+      const cmd: string[] = pod.spec.containers.find((c: { name: string }) => c.name === 'main').command;
+      const proxy = cmd[cmd.findIndex((a) => a.startsWith('HTTP_PROXY='))]!.slice('HTTP_PROXY='.length);
+      expect(['127.0.0.1:3128', '[::1]:3128']).toContain(new URL(proxy).host);
+      expect('grant' in verifyEgressToken(new URL(proxy).password, KEY, NOW)).toBe(true);
+    } finally {
+      await rt2.stop();
+    }
   });
 });
 
