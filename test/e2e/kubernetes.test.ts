@@ -157,7 +157,9 @@ describe.skipIf(!KUBECONFIG)('kubernetes e2e (needs SANDPOD_E2E_KUBECONFIG and S
     const got: { stream: string; text: string; at: number }[] = [];
     let resolvedAt = 0;
     const raw = await rt
-      .run(spec('import sys, time\nprint("first", flush=True)\nprint("oops", file=sys.stderr, flush=True)\ntime.sleep(3)\nprint("second")'), {
+      // Apart in time: the container runtime reads stdout and stderr through separate pipes, so two writes a few
+      // microseconds apart on different streams may reach the log in either order.
+      .run(spec('import sys, time\nprint("first", flush=True)\ntime.sleep(0.3)\nprint("oops", file=sys.stderr, flush=True)\ntime.sleep(3)\nprint("second")'), {
         onOutput: (stream, c) => got.push({ stream, text: Buffer.from(c).toString('utf8'), at: Date.now() }),
       })
       .finally(() => (resolvedAt = Date.now()));
