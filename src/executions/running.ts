@@ -96,9 +96,11 @@ export class Running {
     let lastEvents: NewRunEvent[] = [];
     try {
       if (row.cancel_requested) holders.abort(row.id, 'cancel');
-      if (!opts.adopt) events.status('running', 'starting', row.created_at);
-      // Adopted: what the earlier holder stored is not stored again.
-      else await events.resume();
+      // A queued run was taken: `starting`, with how long it waited. A sync run's stream already
+      // opens with `starting` (its creation, event 0). Adopted: what the earlier holder stored is not
+      // stored again.
+      if (opts.adopt) await events.resume();
+      else if (row.mode !== 'sync') events.status('running', 'starting', row.created_at);
       const outcome = await this.runGuarded(row, signal, opts.adopt ?? false, log, events);
       // The sandbox is gone: its worker slot can serve the next job while this one is recorded.
       opts.release?.();

@@ -41,6 +41,18 @@ async function finished(id: string): Promise<J> {
 const events = (id: string, headers: Record<string, string> = {}, q = '') => fetch(`${base}/jobs/${id}/events${q}`, { headers });
 
 describe('GET /jobs/{id}/events', () => {
+  it('a POST /execute run: its creation says starting, once, then running and finished', async () => {
+    const res = await svc.post('/execute', { code: 'print("sync")' });
+    const id = ((await res.json()) as J).execution_id as string;
+    const seen = await allEvents(await events(id));
+    expect(seen.filter((e) => e.event === 'status').map((e) => [e.id === '0' ? 'creation' : 'stored', e.json.phase])).toEqual([
+      ['creation', 'starting'],
+      ['stored', 'running'],
+      ['stored', 'finished'],
+    ]);
+    expect(textOf(seen, 'stdout')).toBe('sync\n');
+  });
+
   it('streams output as the program writes it: the first chunk arrives before the run ends', async () => {
     const id = await submit({ code: 'import time\nprint("first", flush=True)\ntime.sleep(1.5)\nprint("second")' });
     const res = await events(id);
