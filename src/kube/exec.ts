@@ -9,6 +9,7 @@
 import type { Writable } from 'node:stream';
 import type { KubeConfig } from '@kubernetes/client-node';
 import WebSocket from 'ws';
+import { onRefusedAnswer } from './streaming-get.ts';
 
 /** The protocols we offer, preferred first. */
 export const EXEC_PROTOCOLS = ['v5.channel.k8s.io', 'v4.channel.k8s.io'] as const;
@@ -82,17 +83,7 @@ export class ExecError extends Error {
  */
 export function onRefusal(ws: WebSocket, what: 'exec' | 'attach', fail: (err: ExecError) => void): void {
   ws.on('unexpected-response', (_req, res) => {
-    let body = '';
-    res.on('data', (c: Buffer) => (body += c.toString('utf8').slice(0, 2000)));
-    res.on('end', () => {
-      let msg = body;
-      try {
-        msg = (JSON.parse(body) as { message?: string }).message ?? body;
-      } catch {
-        /* not JSON */
-      }
-      fail(new ExecError(`${what} refused: HTTP ${res.statusCode ?? '?'} ${msg}`.trim(), res.statusCode));
-    });
+    onRefusedAnswer(res, (status, msg) => fail(new ExecError(`${what} refused: HTTP ${status || '?'} ${msg}`.trim(), res.statusCode)));
   });
 }
 

@@ -10,7 +10,7 @@
  */
 import http from 'node:http';
 import type { KubeConfig } from '@kubernetes/client-node';
-import { prepareStreamingGet } from './streaming-get.ts';
+import { onRefusedAnswer, prepareStreamingGet } from './streaming-get.ts';
 
 /** Options of {@link followLog}. */
 export interface LogFollowRequest {
@@ -72,19 +72,7 @@ export function followLog(r: LogFollowRequest): LogFollowHandle {
     req.on('response', (res) => {
       clearTimeout(connectTimer);
       if (res.statusCode !== 200) {
-        let body = '';
-        res.setEncoding('utf8');
-        res.on('data', (c: string) => (body = (body + c).slice(0, 4000)));
-        res.on('error', () => undefined);
-        res.on('end', () => {
-          let msg = body;
-          try {
-            msg = (JSON.parse(body) as { message?: string }).message ?? body;
-          } catch {
-            /* not JSON */
-          }
-          finish(new LogHttpError(`log ${r.pod}/${r.container}: HTTP ${res.statusCode ?? '?'} ${msg}`.trim(), res.statusCode ?? 0));
-        });
+        onRefusedAnswer(res, (status, msg) => finish(new LogHttpError(`log ${r.pod}/${r.container}: HTTP ${status || '?'} ${msg}`.trim(), status)));
         return;
       }
       res.on('data', (chunk: Buffer) => {

@@ -16,7 +16,7 @@
  */
 import http from 'node:http';
 import type { KubeConfig } from '@kubernetes/client-node';
-import { prepareStreamingGet } from './streaming-get.ts';
+import { onRefusedAnswer, prepareStreamingGet } from './streaming-get.ts';
 
 /** The watch stayed open past its deadline: the server stopped talking without closing it. */
 export class WatchStalledError extends Error {
@@ -86,19 +86,7 @@ export function openWatch(w: WatchRequest): WatchHandle {
     req.on('response', (res) => {
       clearTimeout(timers[0]);
       if (res.statusCode !== 200) {
-        let body = '';
-        res.setEncoding('utf8');
-        res.on('data', (c: string) => (body = (body + c).slice(0, 4000)));
-        res.on('error', () => undefined);
-        res.on('end', () => {
-          let msg = body;
-          try {
-            msg = (JSON.parse(body) as { message?: string }).message ?? body;
-          } catch {
-            /* not JSON */
-          }
-          finish(new WatchHttpError(`watch ${w.path}: HTTP ${res.statusCode ?? '?'} ${msg}`.trim(), res.statusCode ?? 0));
-        });
+        onRefusedAnswer(res, (status, msg) => finish(new WatchHttpError(`watch ${w.path}: HTTP ${status || '?'} ${msg}`.trim(), status)));
         return;
       }
       let buf = '';
