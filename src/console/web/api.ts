@@ -9,68 +9,21 @@
  */
 
 import { LosslessNumber, parse as parseLossless, stringify as stringifyLossless } from 'lossless-json';
+import type { components } from '../../client/schema.ts';
 
 export type RecordStatus = 'queued' | 'running' | 'succeeded' | 'failed' | 'timeout' | 'oom' | 'cancelled';
 export const RECORD_STATUSES: readonly RecordStatus[] = ['queued', 'running', 'succeeded', 'failed', 'timeout', 'oom', 'cancelled'];
 export const isTerminal = (s: string): boolean => s !== 'queued' && s !== 'running' && s !== 'pending';
 
-export interface RunError {
-  type: string;
-  message: string;
-  phase?: string;
-}
-export interface Timing {
-  startup_ms: number | null;
-  dep_install_ms: number | null;
-  execution_ms: number | null;
-  total_ms: number | null;
-  phase_at_exit: string;
-}
-export interface Artifact {
-  name: string;
-  size_bytes: number;
-  sha256: string;
-  content_type: string;
-  skipped?: string;
-}
-export interface RunRecord {
-  execution_id: string;
-  job_id: string;
-  status: RecordStatus;
-  job_type: string;
-  job_version: string;
-  created_at: string;
-  started_at: string | null;
-  ended_at: string | null;
-  duration_ms: number | null;
-  exit_code: number | null;
-  stdout: string;
-  stderr: string;
-  output: unknown;
-  error: RunError | null;
-  timing: Timing | null;
-  // view=full
-  artifacts?: Artifact[];
-  input_artifacts?: Artifact[];
-  input_data?: unknown;
-  resource_usage?: { max_rss_mb: number; cpu_time_ms: number; wall_time_ms: number } | null;
-  parent_execution_id?: string | null;
-  relationship?: 'rerun' | 'fork' | null;
-  stdout_truncated?: boolean;
-  stderr_truncated?: boolean;
-  timeout?: number;
-  startup_timeout?: number;
-  requirements?: string[];
-  job_ref?: string;
-}
-export interface JobStatus {
-  job_id: string;
-  status: RecordStatus;
-  job_type: string;
-  created_at: string;
-  started_at: string | null;
-  ended_at: string | null;
-}
+// The service's own shapes, from the OpenAPI document (src/client/schema.ts, generated: npm run
+// gen:client), so the console cannot drift from the API it calls.
+type Schemas = components['schemas'];
+export type RunError = Schemas['RunError'];
+export type Timing = Schemas['Timing'];
+export type Artifact = Schemas['Artifact'];
+/** A record: the brief view, with the full view's fields when it was asked for (`view=full`). */
+export type RunRecord = Schemas['ExecutionRecord'] & Partial<Omit<Schemas['ExecutionRecordFull'], keyof Schemas['ExecutionRecord']>>;
+export type JobStatus = Schemas['JobStatus'];
 export interface Page<T> {
   items: T[];
   limit: number;
@@ -78,23 +31,8 @@ export interface Page<T> {
   has_more: boolean;
   count: number;
 }
-export interface JobType {
-  name: string;
-  requirements: string[];
-  python_version: string;
-  memory_limit: string;
-  cpu_limit: number;
-  timeout: number;
-  image_exists: boolean;
-  network: { mode: string; allowed_hosts: string[] };
-  version: string;
-}
-export interface Submission {
-  job_id: string;
-  status: string;
-  job_type: string;
-  created_at: string;
-}
+export type JobType = Schemas['JobType'];
+export type Submission = Schemas['Submission'];
 export interface SubmitRequest {
   code: string;
   /** The input as the user wrote it (JSON object text), sent verbatim so its numbers keep their digits. */
@@ -103,41 +41,10 @@ export interface SubmitRequest {
   requirements?: string[];
   timeout?: number;
 }
-export interface DlqEntry {
-  id: number;
-  job_id: string;
-  job_data: { code: string; input_data: unknown; job_type: string; [k: string]: unknown };
-  error_type: string;
-  error_message: string;
-  retry_count: number;
-  created_at: string;
-  client_ip: string | null;
-  correlation_id: string | null;
-}
-export interface DlqStats {
-  total: number;
-  by_error_type: Record<string, number>;
-}
-export interface Health {
-  status: 'healthy' | 'degraded';
-  reasons: string[];
-  docker_available: boolean;
-  gvisor_available: boolean;
-  circuit_breaker: { state: string; failure_count: number; success_count: number; last_failure: string | null };
-  version: string;
-  production_mode: boolean;
-  queue_stats: { pending: number; running: number; max_workers: number; max_queue_size: number };
-  runtime: string;
-  sandbox: { engine: string; isolated: boolean; limits: string; security_mode: string; warning?: string; detail?: Record<string, unknown> };
-  database: { kind: string; available: boolean };
-}
-export interface PoolStats {
-  worker_id: string;
-  slots: { size: number; busy: number; free: number; waiting_sync: number };
-  queue: { queued: number; running: number; max_queue_size: number; oldest_queued_age_ms: number | null };
-  by_job_type: Record<string, { queued: number; running: number }>;
-  breaker: string;
-}
+export type DlqEntry = Schemas['DlqEntry'];
+export type DlqStats = Schemas['DlqStats'];
+export type Health = Schemas['Health'];
+export type PoolStats = Schemas['PoolStats'];
 
 /** An answer that was not a success: the service's error body when it sent one. */
 export class ApiError extends Error {
