@@ -16,7 +16,7 @@
 import type { V1Container, V1Job } from '@kubernetes/client-node';
 import { createHash } from 'node:crypto';
 import type { Config } from '../../config.ts';
-import { LABELS, MANAGED_BY, RELEASE_COMMAND, RELEASE_FILE } from './names.ts';
+import { LABELS, MANAGED_BY, POD_UID, RELEASE_COMMAND, RELEASE_FILE, restrictedContainerSecurity } from './names.ts';
 
 /** Container names of a build pod. */
 export const BUILD_CONTAINERS = { pip: 'pip', hold: 'hold' } as const;
@@ -26,7 +26,6 @@ export const BUILD_LABEL = 'sandpod.io/build';
 export const BUILD_COLLECT_COMMAND: readonly string[] = ['tar', '-C', '/build', '-cf', '-', 'site', 'report.json'];
 export { RELEASE_COMMAND as BUILD_RELEASE_COMMAND };
 
-const UID = 1000;
 const SAFE_PATH = '/usr/local/bin:/usr/bin:/bin';
 const HOLD_RESOURCES = { cpu: '50m', memory: '32Mi', 'ephemeral-storage': '16Mi' };
 
@@ -73,15 +72,7 @@ export function buildEnvJob(input: BuildEnvJobInput, config: BuildEnvJobConfig):
     // The chart's build NetworkPolicy lets these pods reach the package index (and DNS), nothing else.
     [LABELS.network]: 'build',
   };
-  const security = {
-    runAsNonRoot: true,
-    runAsUser: UID,
-    runAsGroup: UID,
-    allowPrivilegeEscalation: false,
-    readOnlyRootFilesystem: true,
-    privileged: false,
-    capabilities: { drop: ['ALL'] },
-  };
+  const security = restrictedContainerSecurity();
   const cleanEnv = ['/usr/bin/env', '-i', `PATH=${SAFE_PATH}`, 'HOME=/tmp', 'TMPDIR=/tmp', 'LANG=C.UTF-8'];
   const storage = k.build_ephemeral_storage;
   const pipResources = { cpu: k.build_cpu, memory: k.build_memory, 'ephemeral-storage': storage };
@@ -142,9 +133,9 @@ export function buildEnvJob(input: BuildEnvJobInput, config: BuildEnvJobConfig):
           terminationGracePeriodSeconds: 5,
           securityContext: {
             runAsNonRoot: true,
-            runAsUser: UID,
-            runAsGroup: UID,
-            fsGroup: UID,
+            runAsUser: POD_UID,
+            runAsGroup: POD_UID,
+            fsGroup: POD_UID,
             ...(config.enable_seccomp ? { seccompProfile: { type: 'RuntimeDefault' } } : {}),
           },
           dnsPolicy: 'ClusterFirst',

@@ -9,7 +9,7 @@ import { jobRef, type JobType } from '../../jobtypes/job-type.ts';
 import { egressProxyUrl } from '../../egress/token.ts';
 import type { RunSpec } from '../runtime.ts';
 import { ENV_SITE } from './build-image.ts';
-import { ANNOTATIONS, CONTAINERS, LABELS, MANAGED_BY, RELEASE_FILE, executionLabel, jobNameFor } from './names.ts';
+import { ANNOTATIONS, CONTAINERS, LABELS, MANAGED_BY, POD_UID, RELEASE_FILE, executionLabel, jobNameFor, restrictedContainerSecurity } from './names.ts';
 
 /** The two objects of one run. The Secret gets its owner reference once the Job's uid is known. */
 export interface RunObjects {
@@ -40,7 +40,6 @@ export type BuildJobConfig = Pick<Config, 'kubernetes' | 'enable_seccomp' | 'doc
 /** Secret keys and where they are mounted. */
 export const SECRET_KEYS = { code: 'main.py', input: 'data.json', runner: 'runner.py' } as const;
 
-const UID = 1000;
 const SAFE_PATH = '/usr/local/bin:/usr/bin:/bin';
 /** The collector only runs `sh`, `sleep` and `tar`: its limits, and its requests in a pod that is not Guaranteed. */
 const COLLECTOR_LIMITS = { cpu: '100m', memory: '64Mi', 'ephemeral-storage': '16Mi' };
@@ -143,20 +142,12 @@ export function buildJob(spec: RunSpec, jobType: JobType, config: BuildJobConfig
   const fileSize = parseMemory(jobType.maxFileSize);
   const mainStorage = toQuantity(Math.max(MIN_MAIN_EPHEMERAL_STORAGE, 2 * fileSize));
 
-  const containerSecurity: V1SecurityContext = {
-    runAsNonRoot: true,
-    runAsUser: UID,
-    runAsGroup: UID,
-    allowPrivilegeEscalation: false,
-    readOnlyRootFilesystem: true,
-    privileged: false,
-    capabilities: { drop: ['ALL'] },
-  };
+  const containerSecurity: V1SecurityContext = restrictedContainerSecurity();
   const podSecurity: V1PodSecurityContext = {
     runAsNonRoot: true,
-    runAsUser: UID,
-    runAsGroup: UID,
-    fsGroup: UID,
+    runAsUser: POD_UID,
+    runAsGroup: POD_UID,
+    fsGroup: POD_UID,
     ...(config.enable_seccomp ? { seccompProfile: { type: 'RuntimeDefault' } } : {}),
   };
   // Every process starts from `env -i`: the kubelet injects KUBERNETES_* into each container, and

@@ -70,3 +70,23 @@ export function jobNameFor(executionId: string): string {
 export function instanceSelector(instance: string): string {
   return `${LABELS.managedBy}=${MANAGED_BY},${LABELS.instance}=${instance}`;
 }
+
+/** The uid and gid sandpod's pods run as (the executor image's unprivileged user). */
+export const POD_UID = 1000;
+
+/**
+ * The security context of every container sandpod starts (run, build and canary pods): uid
+ * {@link POD_UID}, no privileges, no capabilities, a read-only root file system. A fresh object each
+ * call, so a caller may extend its own.
+ */
+export function restrictedContainerSecurity(): {
+  runAsNonRoot: true;
+  runAsUser: number;
+  runAsGroup: number;
+  allowPrivilegeEscalation: false;
+  readOnlyRootFilesystem: true;
+  privileged: false;
+  capabilities: { drop: string[] };
+} {
+  return { runAsNonRoot: true, runAsUser: POD_UID, runAsGroup: POD_UID, allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, privileged: false, capabilities: { drop: ['ALL'] } };
+}

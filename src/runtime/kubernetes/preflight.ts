@@ -16,7 +16,7 @@ import type { Clock } from '../../clock.ts';
 import type { Logger } from '../../logger.ts';
 import { executorImage, type BuildJobConfig } from './build-job.ts';
 import { IMAGE_ERRORS, START_ERRORS } from './decide.ts';
-import { LABELS, MANAGED_BY } from './names.ts';
+import { LABELS, MANAGED_BY, POD_UID, restrictedContainerSecurity } from './names.ts';
 
 /** Label that marks the canary Job and pod (they carry no execution id). */
 export const PREFLIGHT_LABEL = 'sandpod.io/role';
@@ -94,8 +94,8 @@ export function buildCanaryJob(config: BuildJobConfig, o: CanaryOptions): V1Job 
           terminationGracePeriodSeconds: 1,
           securityContext: {
             runAsNonRoot: true,
-            runAsUser: 1000,
-            runAsGroup: 1000,
+            runAsUser: POD_UID,
+            runAsGroup: POD_UID,
             ...(config.enable_seccomp ? { seccompProfile: { type: 'RuntimeDefault' } } : {}),
           },
           containers: [
@@ -105,15 +105,7 @@ export function buildCanaryJob(config: BuildJobConfig, o: CanaryOptions): V1Job 
               imagePullPolicy: k.image_pull_policy,
               command: ['/usr/bin/env', '-i', 'PATH=/usr/local/bin:/usr/bin:/bin', 'HOME=/tmp', 'python3', '-I', '-c', CANARY_SCRIPT],
               resources: { requests: { cpu: '100m', memory: '64Mi' }, limits: { cpu: '500m', memory: '128Mi' } },
-              securityContext: {
-                runAsNonRoot: true,
-                runAsUser: 1000,
-                runAsGroup: 1000,
-                allowPrivilegeEscalation: false,
-                readOnlyRootFilesystem: true,
-                privileged: false,
-                capabilities: { drop: ['ALL'] },
-              },
+              securityContext: restrictedContainerSecurity(),
               terminationMessagePolicy: 'FallbackToLogsOnError',
             },
           ],
