@@ -10,9 +10,9 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DONE_CHANNEL } from '../../../src/queue/channels.ts';
-import type { NewExecutionRow } from '../../../src/store/database.ts';
 import { getExecution, insertExecution, settleRunning } from '../../../src/store/executions.repository.ts';
 import { instanceRoot } from '../../../src/runtime/local/workspace.ts';
+import { newRow } from '../../support/rows.ts';
 import { startTestService, type TestService } from '../../support/service.ts';
 
 let svc: TestService;
@@ -28,28 +28,20 @@ const OTHER_HOLDER = 'another-host/4242/feedface';
 
 /** A running record held by {@link OTHER_HOLDER}, whose heartbeat the test keeps fresh. */
 async function heldElsewhere(id: string): Promise<{ stop(): void }> {
-  await insertExecution(svc.db.kysely, {
-    id,
-    status: 'running',
-    mode: 'async',
-    job_type: 'default',
-    job_version: 'latest',
-    job_ref: 'default@latest',
-    code: 'import time; time.sleep(600)',
-    input_data: JSON.stringify({}),
-    code_hash: 'h',
-    input_hash: 'h',
-    timeout_s: 600,
-    startup_timeout_s: 60,
-    requirements: JSON.stringify([]),
-    idempotency_key: null,
-    parent_execution_id: null,
-    created_at: new Date(),
-    started_at: new Date(),
-    attempts: 1,
-    claimed_by: OTHER_HOLDER,
-    heartbeat_at: new Date(),
-  } as NewExecutionRow);
+  await insertExecution(
+    svc.db.kysely,
+    newRow(id, {
+      status: 'running',
+      code: 'import time; time.sleep(600)',
+      timeout_s: 600,
+      idempotency_key: null,
+      parent_execution_id: null,
+      started_at: new Date(),
+      attempts: 1,
+      claimed_by: OTHER_HOLDER,
+      heartbeat_at: new Date(),
+    }),
+  );
   // A live holder: the service's sweep must not adopt the run.
   const timer = setInterval(() => {
     void svc.db.kysely.updateTable('executions').set({ heartbeat_at: new Date() }).where('id', '=', id).where('status', '=', 'running').execute();

@@ -9,6 +9,7 @@ import { Claims, claimNext, unclaim } from '../../../src/queue/claims.ts';
 import { QueuedNotifier } from '../../../src/queue/channels.ts';
 import type { Db, ExecutionRow, NewExecutionRow } from '../../../src/store/database.ts';
 import { testDbKind, type TestDatabase } from '../../support/db.ts';
+import { newRow } from '../../support/rows.ts';
 import { usePairedDatabase } from '../../support/paired-db.ts';
 
 const kind = await testDbKind();
@@ -23,24 +24,7 @@ beforeAll(() => {
 const T0 = new Date('2026-03-04T05:06:07.000Z');
 
 function queued(id: string, createdAt: Date, extra: Partial<NewExecutionRow> = {}): NewExecutionRow {
-  return {
-    id,
-    status: 'queued',
-    mode: 'async',
-    job_type: 'default',
-    job_version: 'latest',
-    job_ref: 'default@latest',
-    code: 'print(1)',
-    input_data: '{}',
-    code_hash: 'h',
-    input_hash: 'h',
-    timeout_s: 30,
-    startup_timeout_s: 60,
-    requirements: '[]',
-    created_at: createdAt,
-    attempts: 0,
-    ...extra,
-  };
+  return newRow(id, { created_at: createdAt, attempts: 0, ...extra });
 }
 
 const at = (ms: number) => new Date(T0.getTime() + ms);

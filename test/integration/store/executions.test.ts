@@ -10,6 +10,7 @@ import { EXECUTION_COLUMN_TYPES, insertExecution, insertExecutions } from '../..
 import { insertDlq } from '../../../src/store/dlq.repository.ts';
 import { parseJson, stringifyJson } from '../../../src/util/json.ts';
 import { connectionPair, freshDatabase, type TestDatabase } from '../../support/db.ts';
+import { newRow } from '../../support/rows.ts';
 
 let database: TestDatabase;
 let listener: Db;
@@ -25,27 +26,15 @@ afterAll(async () => {
 });
 
 function row(id: string, extra: Partial<NewExecutionRow> = {}): NewExecutionRow {
-  return {
-    id,
-    status: 'queued',
-    mode: 'async',
-    job_type: 'default',
-    job_version: 'latest',
-    job_ref: 'default@latest',
+  return newRow(id, {
     code: `print(${JSON.stringify(id)})`,
-    input_data: JSON.stringify({}),
-    code_hash: 'h',
-    input_hash: 'h',
-    timeout_s: 30,
-    startup_timeout_s: 60,
-    requirements: JSON.stringify([]),
     idempotency_key: null,
     parent_execution_id: null,
     created_at: new Date('2026-01-02T03:04:05.678Z'),
     started_at: null,
     attempts: 0,
     ...extra,
-  } as NewExecutionRow;
+  });
 }
 
 describe('insertExecutions', () => {

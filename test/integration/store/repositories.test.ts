@@ -24,6 +24,7 @@ import {
   updateExecutionIf,
 } from '../../../src/store/executions.repository.ts';
 import { usePairedDatabase } from '../../support/paired-db.ts';
+import { newRow } from '../../support/rows.ts';
 
 const pair = usePairedDatabase(['artifacts', 'executions', 'dlq', 'job_type_builds', 'execution_events']);
 let db: Db;
@@ -35,23 +36,7 @@ beforeAll(() => {
 const T0 = Date.parse('2026-05-06T07:08:09.000Z');
 
 function rec(id: string, extra: Partial<NewExecutionRow> = {}): NewExecutionRow {
-  return {
-    id,
-    status: 'queued',
-    mode: 'async',
-    job_type: 'default',
-    job_version: 'latest',
-    job_ref: 'default@latest',
-    code: `print(${JSON.stringify(id)})`,
-    input_data: '{"n":1}',
-    code_hash: 'c',
-    input_hash: 'i',
-    timeout_s: 30,
-    startup_timeout_s: 60,
-    requirements: '[]',
-    created_at: new Date(T0),
-    ...extra,
-  };
+  return newRow(id, { code: `print(${JSON.stringify(id)})`, input_data: '{"n":1}', code_hash: 'c', input_hash: 'i', created_at: new Date(T0), ...extra });
 }
 
 const ids = (rows: { id: string }[]) => rows.map((r) => r.id);
