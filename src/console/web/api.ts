@@ -24,13 +24,8 @@ export type Artifact = Schemas['Artifact'];
 /** A record: the brief view, with the full view's fields when it was asked for (`view=full`). */
 export type RunRecord = Schemas['ExecutionRecord'] & Partial<Omit<Schemas['ExecutionRecordFull'], keyof Schemas['ExecutionRecord']>>;
 export type JobStatus = Schemas['JobStatus'];
-export interface Page<T> {
-  items: T[];
-  limit: number;
-  offset: number;
-  has_more: boolean;
-  count: number;
-}
+/** A page of any list (SPEC §2.8): the paging fields of the API's own pages, with `items` of T. */
+export type Page<T> = Omit<Schemas['ExecutionsPage'], 'items'> & { items: T[] };
 export type JobType = Schemas['JobType'];
 export type Submission = Schemas['Submission'];
 export interface SubmitRequest {
