@@ -89,9 +89,16 @@ export class ReconnectingInformer<T extends KubeObject> {
     this.log = opts.logger ?? silentLogger;
   }
 
-  /** Registers a handler; it runs synchronously on each change, so it must only enqueue work. */
-  on(handler: (event: InformerEvent, obj: T, old?: T) => void): void {
+  /**
+   * Registers a handler; it runs synchronously on each change, so it must only enqueue work. Returns
+   * the function that removes it again.
+   */
+  on(handler: (event: InformerEvent, obj: T, old?: T) => void): () => void {
     this.handlers.push(handler);
+    return () => {
+      const i = this.handlers.indexOf(handler);
+      if (i >= 0) this.handlers.splice(i, 1);
+    };
   }
 
   /** The cached object of that name. */

@@ -436,32 +436,52 @@ class KubernetesRuntime implements Runtime {
    */
   private async deliverWhenRunning(spec: RunSpec, key: string, jobUid: string, settled: () => boolean): Promise<void> {
     let lastTry = Number.NEGATIVE_INFINITY;
-    while (!settled()) {
-      const pod = this.controller.pods.list().find((p) => p.metadata?.labels?.[LABELS.executionId] === key && p.metadata?.ownerReferences?.some((r) => r.uid === jobUid));
-      const main = pod?.status?.containerStatuses?.find((c) => c.name === CONTAINERS.main);
-      if (main?.state?.terminated) return;
-      const usable = !!pod?.metadata?.name && !pod.metadata.deletionTimestamp;
-      const running = usable && !!main?.state?.running;
-      const early = usable && !running && !!pod?.spec?.nodeName && this.clock.now() - lastTry >= EARLY_ATTACH_INTERVAL_MS;
-      if (running || early) {
-        lastTry = this.clock.now();
-        try {
-          await this.deliverByAttach(key, pod!.metadata!.name!, spec);
-          this.controller.delivered(key, this.clock.now());
-          return;
-        } catch (err) {
-          // Not running yet (the upgrade was refused, no stream opened): try again shortly.
-          if (!running && attachRefused(err) && !settled()) continue;
-          // The program never reached the pod: the attempt fails (the service retries it) and its Job goes.
-          this.log.warn({ execution_id: spec.executionId, err: String(err) }, 'could not hand the program to the run pod');
-          this.controller.untrack(key);
-          await this.api.deleteJob(this.ns, jobNameFor(spec.executionId)).catch(() => undefined);
-          return;
+    // Woken by any change of this run's pod, so the loop does not poll the pod cache.
+    let wake: (() => void) | null = null;
+    const off = this.controller.pods.on((_event, p) => {
+      if (p.metadata?.labels?.[LABELS.executionId] === key) wake?.();
+    });
+    try {
+      while (!settled()) {
+        const pod = this.controller.pods.list().find((p) => p.metadata?.labels?.[LABELS.executionId] === key && p.metadata?.ownerReferences?.some((r) => r.uid === jobUid));
+        const main = pod?.status?.containerStatuses?.find((c) => c.name === CONTAINERS.main);
+        if (main?.state?.terminated) return;
+        const usable = !!pod?.metadata?.name && !pod.metadata.deletionTimestamp;
+        const running = usable && !!main?.state?.running;
+        const bound = usable && !!pod?.spec?.nodeName;
+        const now = this.clock.now();
+        if (running || (bound && now - lastTry >= EARLY_ATTACH_INTERVAL_MS)) {
+          lastTry = now;
+          try {
+            await this.deliverByAttach(key, pod!.metadata!.name!, spec);
+            this.controller.delivered(key, this.clock.now());
+            return;
+          } catch (err) {
+            // Not running yet (the upgrade was refused, no stream opened): try again shortly.
+            if (!running && attachRefused(err) && !settled()) continue;
+            // The program never reached the pod: the attempt fails (the service retries it) and its Job goes.
+            this.log.warn({ execution_id: spec.executionId, err: String(err) }, 'could not hand the program to the run pod');
+            this.controller.untrack(key);
+            await this.api.deleteJob(this.ns, jobNameFor(spec.executionId)).catch(() => undefined);
+            return;
+          }
         }
+        // Until the pod changes, the next attempt is due, or (to notice the run settling) 100 ms.
+        const waitMs = bound ? Math.max(1, lastTry + EARLY_ATTACH_INTERVAL_MS - this.clock.now()) : 100;
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, waitMs);
+          wake = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+        wake = null;
       }
-      await new Promise((r) => setTimeout(r, 5));
+    } finally {
+      off();
     }
   }
+
 
   /**
    * Creates the run's Job, or takes the one an earlier attempt (or another replica) created under the
