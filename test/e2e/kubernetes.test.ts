@@ -408,6 +408,45 @@ describe.skipIf(!KUBECONFIG)('kubernetes e2e (needs SANDPOD_E2E_KUBECONFIG and S
       }
     }, 600_000);
 
+    it('pool pods whose image cannot be pulled are removed at once, and not re-made within the back-off', async () => {
+      const inst = `${instance}-pull`;
+      const cfg = parseConfig({ ...JSON.parse(JSON.stringify(config)), kubernetes: { ...config.kubernetes, instance: inst, warm_pool_size: 1 } }, {});
+      const r = createKubernetesRuntime(cfg, { kubeConfig: kc, jobTypes: () => registry.list().filter((t) => t.name === 'missing-image'), tuning: { poolIntervalMs: 200 } });
+      const { BatchV1Api } = await import('@kubernetes/client-node');
+      const batch = kc.makeApiClient(BatchV1Api);
+      const seen = new Set<string>();
+      const live = async () => {
+        const jobs = (await batch.listNamespacedJob({ namespace: RUNS_NS, labelSelector: `sandpod.io/instance=${inst},sandpod.io/warm-pool=missing-image` })).items;
+        for (const j of jobs) seen.add(j.metadata!.name!);
+        return jobs.filter((j) => !j.metadata?.deletionTimestamp);
+      };
+      await r.start();
+      try {
+        // The first pool Job's pod hits ErrImagePull/ImagePullBackOff: it is removed, well within the
+        // JobType's 15-minute idle limit.
+        for (let i = 0; i < 240 && seen.size === 0; i++) {
+          await live();
+          await new Promise((res) => setTimeout(res, 250));
+        }
+        expect(seen.size).toBeGreaterThanOrEqual(1);
+        const first = [...seen][0]!;
+        for (let i = 0; i < 240 && (await live()).some((j) => j.metadata?.name === first); i++) await new Promise((res) => setTimeout(res, 250));
+        expect((await live()).map((j) => j.metadata?.name)).not.toContain(first);
+        // Within the back-off after that failure (2 s) no replacement churns (only the first Job, at most
+        // one made before its failure was seen).
+        const before = seen.size;
+        for (let i = 0; i < 4; i++) {
+          await live();
+          await new Promise((res) => setTimeout(res, 250));
+        }
+        expect(seen.size).toBeLessThanOrEqual(Math.max(before, 2));
+        expect(r.warmPoolStats!().find((x) => x.job_type === 'missing-image')?.ready ?? 0).toBe(0);
+      } finally {
+        await r.stop();
+        await batch.deleteCollectionNamespacedJob({ namespace: RUNS_NS, labelSelector: `sandpod.io/instance=${inst}`, propagationPolicy: 'Background' }).catch(() => undefined);
+      }
+    }, 300_000);
+
     it('two runtime instances on one pool never claim the same pod', async () => {
       const inst = `${instance}-race`;
       const one = await warmRuntime(inst);
