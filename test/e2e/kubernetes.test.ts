@@ -408,6 +408,26 @@ describe.skipIf(!KUBECONFIG)('kubernetes e2e (needs SANDPOD_E2E_KUBECONFIG and S
       }
     }, 600_000);
 
+    it('cold_start attach: a run without a pool pod gets its own, and the program by attach as soon as main runs', async () => {
+      const inst = `${instance}-cold`;
+      const cfg = parseConfig({ ...JSON.parse(JSON.stringify(config)), kubernetes: { ...config.kubernetes, instance: inst, warm_pool_size: 0, cold_start: 'attach' } }, {});
+      const r = createKubernetesRuntime(cfg, { kubeConfig: kc, jobTypes: () => registry.list().filter((t) => t.name === 'default') });
+      await r.start();
+      try {
+        const s = spec('import json\nprint("cold", json.load(open("/input/data.json"))["n"])');
+        const raw = await r.run(s);
+        expect(raw.observation).toMatchObject({ exitCode: 0, phase: 'completed', infraError: null });
+        expect(raw.stdout).toBe('cold 3\n');
+        const core = kc.makeApiClient((await import('@kubernetes/client-node')).CoreV1Api);
+        const pods = (await core.listNamespacedPod({ namespace: RUNS_NS, labelSelector: `sandpod.io/execution-id=${s.executionId}` })).items;
+        expect(pods).toHaveLength(1);
+        // No Secret carried the program: attach did.
+        expect(pods[0]!.spec!.volumes!.some((v) => v.secret)).toBe(false);
+      } finally {
+        await r.stop();
+      }
+    }, 300_000);
+
     it('pool pods whose image cannot be pulled are removed at once, and not re-made within the back-off', async () => {
       const inst = `${instance}-pull`;
       const cfg = parseConfig({ ...JSON.parse(JSON.stringify(config)), kubernetes: { ...config.kubernetes, instance: inst, warm_pool_size: 1 } }, {});
