@@ -250,8 +250,8 @@ def apply_rlimits(a, err_fd):
                 os._exit(EXIT_RUNNER_ERROR)
 
 
-def child(a, out_w, err_w, info_w):
-    """Runs in the forked child; never returns (ends as `python PATH` would: exit_like_python)."""
+def prepare_child(a, out_w, err_w):
+    """In the forked child, before the program: default signals, its own session, rlimits, fds 0-2, cwd."""
     import _signal
     _signal.set_wakeup_fd(-1)
     for s in (_signal.SIGCHLD, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGALRM):
@@ -267,6 +267,27 @@ def child(a, out_w, err_w, info_w):
             os.close(fd)
     if a.cwd:
         os.chdir(a.cwd)
+
+
+def warm_up():
+    """--wait, in the held child: the work of a program's start and end, done once on nothing.
+
+    The child shares the runner's memory copy-on-write: the first write to a page (a reference count,
+    the compiler's and the allocator's state, the collector's lists) copies it, a fault each. Compiling
+    and running an empty module and collecting once before the go copies most of the pages a program's
+    start and exit will write, so the program does not wait for them. Nothing of it outlives this
+    function but those private pages.
+    """
+    import builtins
+    import gc
+    scratch = {'__builtins__': builtins, '__name__': '__warm__'}
+    exec(compile('pass\n', '<warm>', 'exec'), scratch)
+    scratch.clear()
+    gc.collect()
+
+
+def child(a, info_w):
+    """Runs in the forked child (prepared); never returns (ends as `python PATH` would: exit_like_python)."""
     try:
         run_program(a, lambda e: report_exception(e, info_w))
     except SystemExit as e:
@@ -695,15 +716,23 @@ def main():
         signal.set_wakeup_fd(-1)
         for fd in (wake_r, wake_w, out_r, err_r, info_r):
             os.close(fd)
+        if a.phase_fd > 2:
+            try:
+                os.close(a.phase_fd)
+            except OSError:
+                pass
+        prepare_child(a, out_w, err_w)
+        # The program is an ordinary process again (its own /proc entries, attachable by its children
+        # as under `python PATH`); the runner stays out of its reach. A held child is this process
+        # before its program exists: nothing in the sandbox but the runner, which never attaches.
+        set_dumpable(True)
         if a.wait:
             os.close(gate_w)
+            warm_up()
             # EOF: the runner ended without a go line (a retired sandbox); nothing runs.
             if not os.read(gate_r, 1):
                 os._exit(0)
             os.close(gate_r)
-        # The program is an ordinary process again (its own /proc entries, attachable by its children
-        # as under `python PATH`); the runner stays out of its reach.
-        set_dumpable(True)
         if relay is not None:
             url = 'http://127.0.0.1:%d' % relay.getsockname()[1]
             relay.close()
@@ -711,12 +740,7 @@ def main():
                 os.environ.pop(k, None)
             for k in ('HTTP_PROXY', 'HTTPS_PROXY', 'ALL_PROXY', 'http_proxy', 'https_proxy', 'all_proxy'):
                 os.environ[k] = url
-        if a.phase_fd > 2:
-            try:
-                os.close(a.phase_fd)
-            except OSError:
-                pass
-        child(a, out_w, err_w, info_w)
+        child(a, info_w)
         os._exit(EXIT_RUNNER_ERROR)  # not reached
     os.close(out_w)
     os.close(err_w)
