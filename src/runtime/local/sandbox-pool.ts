@@ -27,6 +27,7 @@
  * this file does the I/O they call for and keeps the counters `/pool/stats` and `/metrics` show.
  */
 import { createHash } from 'node:crypto';
+import path from 'node:path';
 import type { Clock } from '../../clock.ts';
 import { parseMemory } from '../../config.ts';
 import type { JobType } from '../../jobtypes/job-type.ts';
@@ -277,7 +278,10 @@ export class SandboxPool {
       procsFiles: [],
     });
     const launch = o.host.launch(spec, true);
-    const proc = o.spawner.warm({ procsFiles: cgroup.procsFiles, fdFiles: launch.fdFiles, drop: o.host.privilegeDrop(), stdin: true });
+    // The go line and the runner's answers pass through named pipes in the run directory (outside
+    // every mount), so no process stands between the service and the runner on a run's path.
+    const fifos = { in: path.join(rd.dir, 'go.fifo'), out: path.join(rd.dir, 'out.fifo') };
+    const proc = o.spawner.warm({ procsFiles: cgroup.procsFiles, fdFiles: launch.fdFiles, drop: o.host.privilegeDrop(), fifos });
     if (!proc) {
       o.background(cgroup.remove().then(() => rd.remove()));
       this.failed(key, 'the spawner cannot start processes right now');

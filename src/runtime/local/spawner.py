@@ -9,12 +9,18 @@ Protocol: one JSON object per line on stdin (commands) and stdout (events). Noth
 written; diagnostics go to stderr.
 
     {"op": "warm", "id": ID, "procs": [cgroup.procs files], "fds": [files], "drop": {"uid": U, "gid": G}|null,
-     "stdin": true|absent}
+     "stdin": true|absent, "fifos": [IN, OUT]|absent}
         fork a child: new session, signals reset, enters the cgroups, opens `fds` read-only (they
         become fds 3, 4, ... of the command), with "stdin" gets a pipe from this process as stdin
         (instead of /dev/null; see "input"), then — with "drop" — gives up
         root exactly as `setpriv --reuid=U --regid=G --clear-groups --inh-caps=-all --no-new-privs`
         would (exit 199 when any of that fails), and waits for its command.
+        With "fifos" the child's stdin and stdout are not this process's pipes but two named pipes
+        made at those paths (mode 600), whose other ends the service opens itself: a warm sandbox's
+        go line and its runner's answers then pass no process in between. The service opens them
+        after the "pid" event and before "launch" (until the launch this process holds a reader of
+        OUT, so the service's open of IN for writing and of OUT for reading never blocks, and the
+        command cannot find its stdin without a writer). No "out" events come for such a child.
     {"op": "launch", "id": ID, "file": F, "args": [...], "env": {...}, "cwd": DIR|null, "caps": [O, E]|null}
         the warm child (stdin /dev/null, stdout/stderr pipes read by this process) changes directory
         when asked and execs F (exit 127 when it cannot). With "caps" it spawns F instead and stays, in
@@ -52,15 +58,46 @@ CHUNK = 65536
 
 
 class Child:
-    __slots__ = ('id', 'pid', 'ctl_w', 'in_w', 'fds', 'status')
+    __slots__ = ('id', 'pid', 'ctl_w', 'in_w', 'hold', 'fds', 'status')
 
-    def __init__(self, cid, pid, ctl_w, out_r, err_r, in_w=None):
+    def __init__(self, cid, pid, ctl_w, out_r, err_r, in_w=None, hold=None):
         self.id = cid
         self.pid = pid
         self.ctl_w = ctl_w
         self.in_w = in_w
-        self.fds = {out_r: 'out', err_r: 'err'}
+        self.hold = hold
+        self.fds = {err_r: 'err'} if out_r is None else {out_r: 'out', err_r: 'err'}
         self.status = None
+
+    def release_hold(self):
+        if self.hold is not None:
+            os.close(self.hold)
+            self.hold = None
+
+
+def open_fifos(in_path, out_path):
+    """Makes the named pipes of a "fifos" child; returns (its stdin, its stdout, this process's
+    reader of OUT held until the launch). Opened without blocking: IN for reading has no writer yet
+    (the service opens one before the launch), OUT gets a writer because the held reader exists."""
+    made = []
+    try:
+        for p in (in_path, out_path):
+            os.mkfifo(p, 0o600)
+            made.append(p)
+        in_r = os.open(in_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        hold = os.open(out_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        out_w = os.open(out_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        for p in made:
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+        raise
+    # The command gets ordinary blocking pipe ends, as with the spawner's own pipes.
+    for fd in (in_r, out_w):
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    return in_r, out_w, hold
 
 
 def emit(obj):
@@ -290,6 +327,7 @@ def main():
             if c.in_w is not None:
                 os.close(c.in_w)
                 c.in_w = None
+            c.release_hold()
             finish_if_done(c)
 
     def kill(c):
@@ -310,29 +348,35 @@ def main():
             ctl_r, ctl_w = os.pipe2(os.O_CLOEXEC)
             out_r, out_w = os.pipe2(os.O_CLOEXEC)
             err_r, err_w = os.pipe2(os.O_CLOEXEC)
-            in_r, in_w = os.pipe2(os.O_CLOEXEC) if msg.get('stdin') else (None, None)
+            in_r, in_w = os.pipe2(os.O_CLOEXEC) if msg.get('stdin') and not msg.get('fifos') else (None, None)
+            hold = None
             try:
+                if msg.get('fifos'):
+                    os.close(out_r)
+                    os.close(out_w)
+                    out_r = out_w = None
+                    in_r, out_w, hold = open_fifos(*msg['fifos'])
                 pid = os.fork()
             except OSError as e:
-                for fd in (ctl_r, ctl_w, out_r, out_w, err_r, err_w, in_r, in_w):
+                for fd in (ctl_r, ctl_w, out_r, out_w, err_r, err_w, in_r, in_w, hold):
                     if fd is not None:
                         os.close(fd)
-                emit({'ev': 'exit', 'id': cid, 'code': None, 'sig': None, 'error': 'cannot fork: %s' % e})
+                emit({'ev': 'exit', 'id': cid, 'code': None, 'sig': None, 'error': 'cannot start: %s' % e})
                 return
             if pid == 0:
-                inherited = [ctl_w, out_r, err_r, wake_r, wake_w] + list(by_fd)
+                inherited = [ctl_w, err_r, wake_r, wake_w] + list(by_fd)
                 inherited += [c.ctl_w for c in children.values() if c.ctl_w is not None]
                 inherited += [c.in_w for c in children.values() if c.in_w is not None]
-                if in_w is not None:
-                    inherited.append(in_w)
+                inherited += [c.hold for c in children.values() if c.hold is not None]
+                inherited += [fd for fd in (out_r, in_w, hold) if fd is not None]
                 warm_child(msg.get('procs') or [], msg.get('fds') or [], msg.get('drop'), ctl_r, out_w, err_w, inherited, in_r)
             for fd in (ctl_r, out_w, err_w, in_r):
                 if fd is not None:
                     os.close(fd)
-            c = Child(cid, pid, ctl_w, out_r, err_r, in_w)
+            c = Child(cid, pid, ctl_w, out_r, err_r, in_w, hold)
             children[cid] = c
             by_pid[pid] = c
-            for fd in (out_r, err_r):
+            for fd in c.fds:
                 by_fd[fd] = c
                 poller.register(fd, select.POLLIN)
             emit({'ev': 'pid', 'id': cid, 'pid': pid})
@@ -343,6 +387,7 @@ def main():
             write_and_close(c.ctl_w, json.dumps({'file': msg['file'], 'args': msg.get('args') or [], 'env': msg.get('env') or {},
                                                  'cwd': msg.get('cwd'), 'caps': msg.get('caps')}).encode())
             c.ctl_w = None
+            c.release_hold()
         elif op == 'input':
             c = children.get(cid)
             if c is None or c.in_w is None:

@@ -8,6 +8,8 @@
  * Node's 'close' (exited and both pipes at EOF).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { closeSync, constants as fsConstants, openSync, writeSync } from 'node:fs';
+import { Socket } from 'node:net';
 import { constants } from 'node:os';
 import { fileURLToPath } from 'node:url';
 
@@ -50,6 +52,13 @@ export interface WarmOptions {
   drop: { uid: number; gid: number } | null;
   /** stdin is a pipe that takes one message ({@link SpawnedProc.input}) instead of /dev/null. */
   stdin?: boolean;
+  /**
+   * Like `stdin`, but stdin and stdout are named pipes made at these paths (in a directory only
+   * root can reach) whose other ends this process holds: the one message and the command's stdout
+   * pass no process in between (a warm sandbox's go line and its runner's answers, on the critical
+   * path of a run). Implies `stdin`.
+   */
+  fifos?: { in: string; out: string };
 }
 
 const SIGNAL_NAMES = new Map<number, NodeJS.Signals>(Object.entries(constants.signals).map(([name, n]) => [n, name as NodeJS.Signals]));
@@ -74,23 +83,76 @@ export class SpawnedProc implements RunProc {
   private out: ((b: Buffer) => void) | Buffer[] = [];
   private err: ((b: Buffer) => void) | Buffer[] = [];
   private done = false;
+  /** `fifos`: the write end of the command's stdin (until input() or the end). */
+  private inFd: number | null = null;
+  /** `fifos`: the read end of the command's stdout. */
+  private outPipe: Socket | null = null;
+  /** `fifos`: the launch waits until both ends are open (see spawner.py). */
+  private pendingLaunch: object | null = null;
+  /** `fifos`: the exit the spawner reported, held until stdout reached EOF too. */
+  private exit: ExitInfo | null = null;
+  private openError: string | null = null;
 
   constructor(
     readonly id: string,
     private readonly owner: Spawner,
     private readonly gen: number,
+    private readonly fifos: { in: string; out: string } | null = null,
   ) {
     this.closed = new Promise((r) => (this.resolveClosed = r));
   }
 
   /** Makes the child exec `cmd`. */
   launch(cmd: SpawnCommand): void {
-    this.owner.send(this.gen, { op: 'launch', id: this.id, file: cmd.file, args: cmd.args, env: cmd.env, cwd: cmd.cwd ?? null, caps: cmd.caps ?? null });
+    const msg = { op: 'launch', id: this.id, file: cmd.file, args: cmd.args, env: cmd.env, cwd: cmd.cwd ?? null, caps: cmd.caps ?? null };
+    if (this.fifos && this.pid === null) this.pendingLaunch = msg;
+    else if (!this.openError) this.owner.send(this.gen, msg);
   }
 
-  /** Writes `text` to the stdin pipe (a child warmed with `stdin`) and closes it; once. */
+  /** Writes `text` to the stdin pipe (a child warmed with `stdin` or `fifos`) and closes it; once. */
   input(text: string): void {
-    if (!this.done) this.owner.send(this.gen, { op: 'input', id: this.id, d: text });
+    if (this.done) return;
+    if (!this.fifos) {
+      this.owner.send(this.gen, { op: 'input', id: this.id, d: text });
+      return;
+    }
+    const fd = this.inFd;
+    this.inFd = null;
+    if (fd === null) return;
+    try {
+      // Non-blocking, into an empty pipe: a line far below its 64 KiB capacity goes in whole.
+      writeSync(fd, text);
+    } catch {
+      /* the command is gone (EPIPE): its end is reported by `closed` */
+    } finally {
+      closeSync(fd);
+    }
+  }
+
+  /** @internal The child and its named pipes exist: open this process's ends, then launch. */
+  started(pid: number | null): void {
+    this.pid = pid;
+    if (!this.fifos) return;
+    try {
+      // The child holds IN's read end and the spawner a reader of OUT until the launch: neither open blocks.
+      this.inFd = openSync(this.fifos.in, fsConstants.O_WRONLY | fsConstants.O_NONBLOCK);
+      const pipe = new Socket({ fd: openSync(this.fifos.out, fsConstants.O_RDONLY | fsConstants.O_NONBLOCK), readable: true, writable: false });
+      this.outPipe = pipe;
+      pipe.on('data', (b: Buffer) => this.deliver('out', b));
+      pipe.on('error', () => pipe.destroy());
+      pipe.on('close', () => {
+        this.outPipe = null;
+        if (this.exit) this.finish(this.exit);
+      });
+    } catch (err) {
+      this.openError = `cannot open the sandbox's pipes: ${(err as Error).message}`;
+      this.closeEnds();
+      this.owner.send(this.gen, { op: 'kill', id: this.id });
+      return;
+    }
+    const launch = this.pendingLaunch;
+    this.pendingLaunch = null;
+    if (launch) this.owner.send(this.gen, launch);
   }
 
   kill(): void {
@@ -116,11 +178,29 @@ export class SpawnedProc implements RunProc {
     else sink(b);
   }
 
-  /** @internal */
-  finish(v: ExitInfo): void {
+  /**
+   * @internal The child ended (`force`: its spawner is gone, nothing more will come). Resolves
+   * `closed` once stdout reached EOF too, as Node's 'close' would.
+   */
+  finish(v: ExitInfo, force = false): void {
     if (this.done) return;
+    this.exit = this.openError ? [v[0], v[1], this.openError] : v;
+    if (this.inFd !== null) {
+      closeSync(this.inFd);
+      this.inFd = null;
+    }
+    if (force) this.closeEnds();
+    if (this.outPipe) return;
     this.done = true;
-    this.resolveClosed(v);
+    this.resolveClosed(this.exit);
+  }
+
+  private closeEnds(): void {
+    if (this.inFd !== null) closeSync(this.inFd);
+    this.inFd = null;
+    const pipe = this.outPipe;
+    this.outPipe = null;
+    pipe?.destroy();
   }
 }
 
@@ -142,9 +222,10 @@ export class Spawner {
   /** A new warm child; null when the spawner cannot run right now. */
   warm(o: WarmOptions): SpawnedProc | null {
     if (!this.ensure()) return null;
-    const p = new SpawnedProc(String(++this.seq), this, this.gen);
+    const p = new SpawnedProc(String(++this.seq), this, this.gen, o.fifos ?? null);
     this.live.set(p.id, p);
-    this.send(this.gen, { op: 'warm', id: p.id, procs: o.procsFiles, fds: o.fdFiles, drop: o.drop, ...(o.stdin ? { stdin: true } : {}) });
+    const stdin = o.fifos ? { fifos: [o.fifos.in, o.fifos.out] } : o.stdin ? { stdin: true } : {};
+    this.send(this.gen, { op: 'warm', id: p.id, procs: o.procsFiles, fds: o.fdFiles, drop: o.drop, ...stdin });
     return p;
   }
 
@@ -204,7 +285,7 @@ export class Spawner {
         if (this.gen === gen) this.proc = null;
         const orphans = [...this.live.values()];
         this.live.clear();
-        for (const p of orphans) p.finish([null, null, `the sandbox spawner exited (${spawnError ?? code ?? sig})`]);
+        for (const p of orphans) p.finish([null, null, `the sandbox spawner exited (${spawnError ?? code ?? sig})`], true);
         if (!this.stopped || orphans.length > 0 || code !== 0) {
           this.onProblem(`sandbox spawner exited (${spawnError ?? code ?? sig}): ${stderr.trim().slice(-2000)}`);
         }
@@ -218,7 +299,7 @@ export class Spawner {
     const p = this.live.get(ev.id);
     if (!p) return;
     if (ev.ev === 'pid') {
-      p.pid = ev.pid ?? null;
+      p.started(ev.pid ?? null);
     } else if (ev.ev === 'out' || ev.ev === 'err') {
       p.deliver(ev.ev, Buffer.from(ev.d ?? '', 'latin1'));
     } else if (ev.ev === 'exit') {

@@ -1,4 +1,4 @@
-import { chmodSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -43,6 +43,48 @@ describe('Spawner', () => {
     expect(lines.slice(0, 3)).toEqual(['ready', 'got go {"timeout": 1}', 'eof']);
     expect(lines.slice(3).filter((l) => l !== '').map(Number).filter((n) => n < 10).sort((a, b) => a - b)).toEqual([0, 1, 2]);
     expect(code).toBe(0);
+  });
+
+  it('with fifos: the one message and stdout pass through named pipes the service holds, no spawner in between', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'spawner-'));
+    const fifos = { in: path.join(dir, 'go.fifo'), out: path.join(dir, 'out.fifo') };
+    const p = spawner.warm({ procsFiles: [], fdFiles: [], drop: null, fifos })!;
+    let out = '';
+    let err = '';
+    p.onStdout((b) => (out += b.toString('utf8')));
+    p.onStderr((b) => (err += b.toString('utf8')));
+    // The launch is sent before the child exists; it waits until the service opened its ends.
+    p.launch({ file: SH, args: ['-c', 'echo ready; read line; echo "got $line"; read more || echo eof; readlink /proc/$$/fd/0 /proc/$$/fd/1; echo to-stderr >&2'], env: ENV });
+    while (!out.includes('ready')) await new Promise((r) => setTimeout(r, 10));
+    expect(statSync(fifos.in).isFIFO() && statSync(fifos.out).isFIFO()).toBe(true);
+    expect(statSync(fifos.in).mode & 0o777).toBe(0o600);
+    p.input('go {"timeout": 1}\n');
+    // A second message has nowhere to go (one message, once) and is dropped without an error.
+    p.input('again\n');
+    const [code, sig, error] = await p.closed;
+    // fds 0 and 1 are the named pipes themselves (a pipe of the spawner's would read `pipe:[…]`).
+    expect(out.split('\n')).toEqual(['ready', 'got go {"timeout": 1}', 'eof', fifos.in, fifos.out, '']);
+    expect(err).toBe('to-stderr\n');
+    expect([code, sig, error]).toEqual([0, null, null]);
+  });
+
+  it('with fifos: a child that dies before its message is reported, and the message is dropped', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'spawner-'));
+    const p = spawner.warm({ procsFiles: [], fdFiles: [], drop: null, fifos: { in: path.join(dir, 'i'), out: path.join(dir, 'o') } })!;
+    let out = '';
+    p.onStdout((b) => (out += b.toString('utf8')));
+    p.launch({ file: SH, args: ['-c', 'echo bye; exit 7'], env: ENV });
+    const [code] = await p.closed;
+    expect(() => p.input('late\n')).not.toThrow();
+    expect([code, out]).toEqual([7, 'bye\n']);
+  });
+
+  it('with fifos whose paths cannot be made: the child is reported as not started', async () => {
+    const p = spawner.warm({ procsFiles: [], fdFiles: [], drop: null, fifos: { in: '/nonexistent/dir/i', out: '/nonexistent/dir/o' } })!;
+    p.launch({ file: SH, args: ['-c', 'exit 0'], env: ENV });
+    const [code, sig, error] = await p.closed;
+    expect([code, sig]).toEqual([null, null]);
+    expect(error).toMatch(/cannot start: .*No such file or directory/);
   });
 
   it('reports a signal death, the working directory, and opens fd files as fds 3…', async () => {
