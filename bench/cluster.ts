@@ -24,6 +24,7 @@ import { createService, listen } from '../src/main.ts';
 import { jobNameFor } from '../src/runtime/kubernetes/names.ts';
 import { freshDatabase } from '../test/support/db.ts';
 import { applyObjects, manifestObjects } from '../test/support/kube-apply.ts';
+import { getJson, postJson } from './http.ts';
 import { ms, quantile } from './stats.ts';
 
 const NS = 'sandpod-e2e';
@@ -176,7 +177,7 @@ export async function benchCluster(opts: ClusterBenchOptions): Promise<void> {
     const url = `http://127.0.0.1:${typeof addr === 'object' && addr ? addr.port : 0}/execute`;
     // One of each first: the image is on the node, the informers are synced.
     await bareJob(batch, image, stamps);
-    await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"code":"print(1)"}' }).then((r) => r.json());
+    await postJson(url, { code: 'print(1)' });
     const floor: number[] = [];
     const floorStages: PodStamps[] = [];
     const cold: number[] = [];
@@ -186,8 +187,7 @@ export async function benchCluster(opts: ClusterBenchOptions): Promise<void> {
       floor.push(f.total);
       floorStages.push(rel(f.s, f.t0));
       const t0 = performance.now();
-      const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"code":"print(1)"}' });
-      const body = (await res.json()) as { execution_id?: string; stdout?: string; timing?: Record<string, number> };
+      const body = (await postJson(url, { code: 'print(1)' })).body as { execution_id?: string; stdout?: string; timing?: Record<string, number> };
       const end = performance.now();
       if (body.stdout !== '1\n') throw new Error(`unexpected response: ${JSON.stringify(body)}`);
       cold.push(end - t0);
@@ -227,7 +227,7 @@ export async function benchCluster(opts: ClusterBenchOptions): Promise<void> {
     const waddr = wserver.address();
     const base = `http://127.0.0.1:${typeof waddr === 'object' && waddr ? waddr.port : 0}`;
     type Warm = { job_type: string; ready: number; hits: number; misses: number };
-    const warmStats = async () => ((await (await fetch(`${base}/pool/stats`)).json()) as { warm?: Warm[] }).warm?.find((w) => w.job_type === 'bench-warm');
+    const warmStats = async () => ((await getJson(`${base}/pool/stats`)).body as { warm?: Warm[] }).warm?.find((w) => w.job_type === 'bench-warm');
     const waitReady = async (n: number, ms = 120_000) => {
       const end = performance.now() + ms;
       while (((await warmStats())?.ready ?? 0) < n && performance.now() < end) await new Promise((r) => setTimeout(r, 100));
@@ -240,8 +240,7 @@ export async function benchCluster(opts: ClusterBenchOptions): Promise<void> {
     }
     const post = async () => {
       const t0 = performance.now();
-      const res = await fetch(`${base}/execute`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"code":"print(1)","job_type":"bench-warm"}' });
-      const body = (await res.json()) as { stdout?: string; timing?: Record<string, number> };
+      const body = (await postJson(`${base}/execute`, { code: 'print(1)', job_type: 'bench-warm' })).body as { stdout?: string; timing?: Record<string, number> };
       if (body.stdout !== '1\n') throw new Error(`unexpected response: ${JSON.stringify(body)}`);
       return { ms: performance.now() - t0, startup: body.timing?.startup_ms };
     };

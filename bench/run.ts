@@ -32,6 +32,7 @@ import { which } from '../src/runtime/local/engines.ts';
 import { detectEngines, measureBareFloor, type EngineName } from '../src/runtime/local/index.ts';
 import { freshDatabase, type TestDatabase } from '../test/support/db.ts';
 import { seedHistory } from '../test/support/seed.ts';
+import { closeConnections, getJson, postJson } from './http.ts';
 import { ms, quantile } from './stats.ts';
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 200);
@@ -54,9 +55,6 @@ function config(db: TestDatabase, extra: Record<string, unknown>): Config {
   return parseConfig({ log_level: 'silent', workspace: db.workspace, ...(db.url ? { database_url: db.url } : {}), ...extra }, {});
 }
 
-async function post(url: string, body: unknown): Promise<Response> {
-  return fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
-}
 
 async function syncLatency(engines: EngineName[]): Promise<void> {
   say('## 1. Sync `print(1)` latency: HTTP + database write vs the bare engine');
@@ -77,14 +75,13 @@ async function syncLatency(engines: EngineName[]): Promise<void> {
     const service: number[] = [];
     // Warm both paths, then interleave blocks so drift on the machine hits both alike.
     await measureBareFloor(cfg, { engine, iterations: 20 });
-    for (let i = 0; i < 20; i++) await (await post(url, { code: 'print(1)' })).json();
+    for (let i = 0; i < 20; i++) await postJson(url, { code: 'print(1)' });
     const block = 20;
     for (let done = 0; done < RUNS; done += block) {
       floor.push(...(await measureBareFloor(cfg, { engine, iterations: block })));
       for (let i = 0; i < block; i++) {
         const t0 = performance.now();
-        const res = await post(url, { code: 'print(1)' });
-        const body = (await res.json()) as { stdout?: string };
+        const body = (await postJson(url, { code: 'print(1)' })).body as { stdout?: string };
         service.push(performance.now() - t0);
         if (body.stdout !== '1\n') throw new Error(`unexpected response: ${JSON.stringify(body)}`);
       }
@@ -265,7 +262,7 @@ async function history(): Promise<void> {
 type WarmStats = { job_type: string; target: number; ready: number; hits: number; misses: number };
 
 async function warmStats(base: string): Promise<WarmStats> {
-  const body = (await (await fetch(`${base}/pool/stats`)).json()) as { warm: WarmStats[] };
+  const body = (await getJson(`${base}/pool/stats`)).body as { warm: WarmStats[] };
   const s = body.warm.find((w) => w.job_type === 'default');
   if (!s) throw new Error(`no warm pool for default in /pool/stats: ${JSON.stringify(body.warm)}`);
   return s;
@@ -303,8 +300,7 @@ async function warmSandboxes(engines: EngineName[]): Promise<void> {
     const refill: number[] = [];
     const one = async () => {
       const t0 = performance.now();
-      const res = await post(`${base}/execute`, { code: 'print(1)' });
-      const body = (await res.json()) as { stdout?: string };
+      const body = (await postJson(`${base}/execute`, { code: 'print(1)' })).body as { stdout?: string };
       const dt = performance.now() - t0;
       if (body.stdout !== '1\n') throw new Error(`unexpected response: ${JSON.stringify(body)}`);
       return { dt };
@@ -384,7 +380,7 @@ async function main(): Promise<void> {
   const usable = (['bubblewrap', 'gvisor'] as EngineName[]).filter((e) => working.includes(e));
   const engines = process.env.BENCH_ENGINES ? (process.env.BENCH_ENGINES.split(',') as EngineName[]) : usable;
   say(`# sandpod benchmark — ${new Date().toISOString()}`);
-  say(`node ${process.version}; engines usable here: ${working.join(', ') || 'none'}`);
+  say(`node ${process.version}; engines usable here: ${working.join(', ') || 'none'}; HTTP client: node:http, keep-alive, in this process (bench/http.ts)`);
   say('');
   if (ONLY.has('sync')) await syncLatency(engines);
   if (ONLY.has('accept')) await acceptance();
@@ -396,6 +392,7 @@ async function main(): Promise<void> {
   mkdirSync('.bench', { recursive: true });
   writeFileSync('.bench/report.md', `${lines.join('\n')}\n`);
   console.log('report written to .bench/report.md');
+  closeConnections();
 }
 
 await main();
