@@ -68,7 +68,8 @@ export class Running {
       released = true;
     };
     try {
-      const done = await this.execute(await insertExecution(this.o.db.kysely, row), { release });
+      // Its commit need not wait for the disk: the verdict's commit, before any answer, flushes it too.
+      const done = await this.execute(await insertExecution(this.o.db.kysely, row, { flushLater: true }), { release });
       // execute() settles every run it can; a record it could not write (database gone) must not be
       // answered as if it were a result.
       if (!isTerminal(done.status)) {

@@ -10,9 +10,21 @@ import type { Database, ExecutionRow, ExecutionsTable, ExecutionUpdate, NewExecu
 /** A kysely handle or a transaction: what every repository function takes first. */
 export type Q = Kysely<Database> | Transaction<Database>;
 
-/** Inserts a record. */
-export async function insertExecution(db: Q, row: NewExecutionRow): Promise<ExecutionRow> {
-  return db.insertInto('executions').values(row).returningAll().executeTakeFirstOrThrow();
+/**
+ * Inserts a record. With `flushLater` its commit does not wait for the write-ahead log to reach the
+ * disk (`synchronous_commit` off for this statement's own transaction, set from inside it, so it
+ * needs no round trip of its own; never pass a transaction then, it would apply to all of it). For a
+ * sync run's record only: the run's verdict is written with a synchronous commit before the client
+ * gets any answer, and PostgreSQL flushes its log in order, so that commit makes this one durable
+ * too. What is given up: if PostgreSQL itself crashes during the run (a restart flushes the log), the
+ * record can be lost, and the request fails instead of answering. The record is visible to every
+ * session at once either way, so crash recovery of the service is unchanged.
+ */
+export async function insertExecution(db: Q, row: NewExecutionRow, o: { flushLater?: boolean } = {}): Promise<ExecutionRow> {
+  const q = db.insertInto('executions').values(row).returningAll();
+  if (!o.flushLater) return q.executeTakeFirstOrThrow();
+  const { unflushed: _, ...inserted } = await q.returning(sql<string>`set_config('synchronous_commit', 'off', true)`.as('unflushed')).executeTakeFirstOrThrow();
+  return inserted as ExecutionRow;
 }
 
 /** Column types of `executions` that are not `text` (for the array casts of {@link insertExecutions}). */

@@ -114,3 +114,29 @@ describe('insertExecutions', () => {
     }
   });
 });
+
+describe('insertExecution with flushLater (a sync run record)', () => {
+  it('returns the row as inserted, and the commit setting it lowers is that transaction’s alone', async () => {
+    await writer.kysely.connection().execute(async (conn) => {
+      const showCommit = async () => (await sql<{ synchronous_commit: string }>`SHOW synchronous_commit`.execute(conn)).rows[0]!.synchronous_commit;
+      expect(await showCommit()).toBe('on');
+      const inserted = await insertExecution(conn, row('flush-1', { status: 'running', mode: 'sync' }), { flushLater: true });
+      expect(inserted.id).toBe('flush-1');
+      expect(inserted.status).toBe('running');
+      expect(Object.keys(inserted)).not.toContain('unflushed');
+      // Its own statement was the whole transaction: the next commit on this connection waits for the disk again.
+      expect(await showCommit()).toBe('on');
+      // Inside a transaction the setting holds until its end (which is why callers must not pass one).
+      await conn.transaction().execute(async (tx) => {
+        await insertExecution(tx, row('flush-2'), { flushLater: true });
+        expect((await sql<{ synchronous_commit: string }>`SHOW synchronous_commit`.execute(tx)).rows[0]!.synchronous_commit).toBe('off');
+      });
+      expect(await showCommit()).toBe('on');
+    });
+    const stored = await writer.kysely.selectFrom('executions').select(['id', 'status']).where('id', 'in', ['flush-1', 'flush-2']).orderBy('id').execute();
+    expect(stored).toEqual([
+      { id: 'flush-1', status: 'running' },
+      { id: 'flush-2', status: 'queued' },
+    ]);
+  });
+});
