@@ -39,6 +39,11 @@ export interface RunCgroup {
   pids(): number[];
   /** SIGKILLs everything in the cgroup. */
   killAll(): void;
+  /**
+   * SIGSTOPs everything in the cgroup: nothing in it runs or changes anything any more, and nothing
+   * is torn down yet (that CPU work waits for {@link killAll}).
+   */
+  stopAll(): void;
   /** Removes the cgroup directories; retries briefly while the kernel is still reaping tasks. */
   remove(): Promise<void>;
 }
@@ -108,10 +113,10 @@ function pidsOf(dir: string): number[] {
   }
 }
 
-function killPids(pids: number[]): void {
+function killPids(pids: number[], signal: 'SIGKILL' | 'SIGSTOP' = 'SIGKILL'): void {
   for (const pid of pids) {
     try {
-      process.kill(pid, 'SIGKILL');
+      process.kill(pid, signal);
     } catch {
       /* already gone */
     }
@@ -208,6 +213,7 @@ function v1Support(parents: Record<string, string>): CgroupSupport {
         },
         pids: () => [...new Set(all.flatMap(pidsOf))],
         killAll: () => killPids([...new Set(all.flatMap(pidsOf))]),
+        stopAll: () => killPids([...new Set(all.flatMap(pidsOf))], 'SIGSTOP'),
         remove: () => rmdirRetry(all),
       };
     },
@@ -271,6 +277,7 @@ function v2Support(root: string, instance: string): CgroupSupport | null {
         },
         pids: () => pidsOf(dir),
         killAll: kill,
+        stopAll: () => killPids(pidsOf(dir), 'SIGSTOP'),
         remove: async () => {
           kill();
           await rmdirRetry([dir]);

@@ -356,7 +356,8 @@ class LocalRuntimeImpl implements LocalRuntime {
         framed: true,
         onOutput: options.onOutput,
       });
-      this.observe(s, res);
+      // Stopped, not killed: the sandbox's teardown waits (below) until the run is recorded.
+      this.observe(s, res, 'stop');
       // The cgroup's counter includes the sandbox's own start, before the claim.
       if (obs.cpuTimeMs !== undefined) obs.cpuTimeMs = Math.max(0, obs.cpuTimeMs - w.cpuBeforeMs);
       return this.finish(obs, t0, {}, collectRun(w.rd.outputDir, res, obs, spec));
@@ -497,8 +498,11 @@ class LocalRuntimeImpl implements LocalRuntime {
     return { res, launch };
   }
 
-  /** What the runtime itself saw: cgroup counters, exit, who killed it, phase times, infra errors. */
-  private observe(s: RunState, res: LaunchResult): void {
+  /**
+   * What the runtime itself saw: cgroup counters, exit, who killed it, phase times, infra errors.
+   * Then whatever is left in the cgroup is killed, or (`stop`, a warm sandbox destroyed later) stopped.
+   */
+  private observe(s: RunState, res: LaunchResult, leftovers: 'kill' | 'stop' = 'kill'): void {
     const { obs, p, spec } = s;
     const tEnd = this.clock.now();
     if (s.cgroup) {
@@ -506,7 +510,8 @@ class LocalRuntimeImpl implements LocalRuntime {
       obs.oomKilled = st.oomKilled;
       if (st.maxRssMb !== undefined) obs.maxRssMb = Math.round(st.maxRssMb * 100) / 100;
       if (st.cpuTimeMs !== undefined) obs.cpuTimeMs = st.cpuTimeMs;
-      s.cgroup.killAll();
+      if (leftovers === 'stop') s.cgroup.stopAll();
+      else s.cgroup.killAll();
     }
     obs.exitCode = res.killedBy ? null : res.exitCode;
     if (res.killedBy === 'abort') obs.cancelled = true;

@@ -84,6 +84,9 @@ function runnerArgv(o: RunnerCommandOptions): string[] {
     // is the sandbox's own stdout/stderr; a forking runner sends it framed on the phase fd.
     ...(o.inProcess ? ['--exec'] : ['--stream-frames']),
     ...(o.wait ? ['--wait'] : []),
+    // With cgroups this runtime measures memory and CPU itself: the runner may take the program's
+    // exit status from its exit notice instead of waiting out its process's teardown.
+    ...(o.cgroups && !o.inProcess ? ['--prompt-exit'] : []),
     '--rlimit', `fsize=${o.fileSizeBytes}`,
     '--rlimit', `nofile=${SANDBOX_NOFILE}`,
     '--rlimit', 'core=0',

@@ -265,6 +265,84 @@ print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0), try_open(os.getpid()), try_open(os
     expect(() => readFileSync(path.join(r.dir, 'ran'))).toThrow();
   });
 
+  it('--prompt-exit: the status comes from the program process’s exit notice; its streams and exception in full, no rusage', () => {
+    const ok = runRunner('import sys\nprint("out")\nprint("err", file=sys.stderr)\nsys.exit(7)\n', ['--phase-fd', '1', '--prompt-exit']);
+    expect(ok.status).toBe(7);
+    expect([ok.stdout, ok.stderr, ok.phase]).toEqual(['out\n', 'err\n', 'failed']);
+    // The host measures memory and CPU itself when it asks for this.
+    expect(ok.report).toMatchObject({ exit_code: 7, signal: null, max_rss_kb: null, cpu_time_ms: null });
+    const code = 'def f(d):\n    return d["missing"]\n\nf({})\n';
+    const r = runRunner(code, ['--prompt-exit']);
+    expect(r.status).toBe(1);
+    expect(r.stderr).toBe(cpython(r.main, r.dir).stderr);
+    expect(r.report).toMatchObject({ exit_code: 1, exception: 'KeyError', exception_message: "'missing'" });
+    // A signal death sends no notice: its status comes from wait4 as always.
+    expect(runRunner('import os\nos.kill(os.getpid(), 9)\n', ['--prompt-exit']).report).toMatchObject({ exit_code: null, signal: 9 });
+  });
+
+  it('--prompt-exit: a program that sends an exit notice itself and goes on is killed there, with the status it gave', () => {
+    // It finds the info pipe (its one fd beyond stdio), writes a notice, closes its streams and sleeps.
+    const code = [
+      'import os, time',
+      'open("pid", "w").write(str(os.getpid()))',
+      'def pipe(n):',
+      '    try:',
+      '        return os.readlink("/proc/self/fd/%d" % n).startswith("pipe:")',
+      '    except OSError:',
+      '        return False',
+      'fd = [n for n in range(3, 64) if pipe(n)][0]',
+      'print("before", flush=True)',
+      'os.write(fd, b"\\x1e5")',
+      'for n in (0, 1, 2, fd):',
+      '    os.close(n)',
+      'time.sleep(30)',
+      '',
+    ].join('\n');
+    const r = runRunner(code, ['--prompt-exit']);
+    expect(r.status).toBe(5);
+    expect(r.stdout).toBe('before\n');
+    const pid = Number(readFileSync(path.join(r.dir, 'pid'), 'utf8'));
+    // Killed, not left sleeping: gone or a zombie waiting for its new parent to reap it.
+    let state = '';
+    try {
+      state = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.slice(0, 1);
+    } catch {
+      state = 'gone';
+    }
+    expect(['gone', 'Z']).toContain(state);
+  });
+
+  it('--wait --prompt-exit: the program and its group are stopped, not killed, and the runner stays after done until it is killed', async () => {
+    mkdirSync('/tmp/sandpod-test', { recursive: true });
+    const dir = mkdtempSync(path.join('/tmp/sandpod-test', 'runner-held-'));
+    mkdirSync(path.join(dir, 'out'));
+    const main = path.join(dir, 'main.py');
+    // A background process of the same group keeps stdout open: the run still ends at the
+    // program's exit, with everything it printed.
+    writeFileSync(main, 'import os, subprocess\nopen("pids", "w").write("%d %d" % (os.getpid(), subprocess.Popen(["sleep", "30"]).pid))\nprint("bye")\n');
+    const child = spawn(PY, [RUNNER_PATH, '--code', main, '--output', path.join(dir, 'out'), '--cwd', dir, '--phase-fd', '1', '--wait', '--prompt-exit'], { env: CLEAN, stdio: ['pipe', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (b: Buffer) => (out += b.toString()));
+    const exited = new Promise<[number | null, string | null]>((r) => child.on('close', (code, sig) => r([code, sig])));
+    const until = async (pred: () => boolean) => {
+      for (let i = 0; i < 400 && !pred(); i++) await new Promise((r) => setTimeout(r, 25));
+    };
+    await until(() => out.includes('ready\n'));
+    child.stdin.end('{}\n');
+    await until(() => out.includes('done'));
+    expect(out).toBe('ready\nexecution\ndone 0\n');
+    expect(readFileSync(path.join(dir, 'out', '.svc_stdout'), 'utf8')).toBe('bye\n');
+    const state = (pid: number) => readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.slice(0, 1);
+    const [program, sleeper] = readFileSync(path.join(dir, 'pids'), 'utf8').split(' ').map(Number) as [number, number];
+    expect([state(program), state(sleeper)]).toEqual(['T', 'T']);
+    // Still there a while later: the host removes the sandbox.
+    await new Promise((r) => setTimeout(r, 300));
+    expect(child.exitCode).toBeNull();
+    child.kill('SIGKILL');
+    for (const pid of [program, sleeper]) process.kill(pid, 'SIGKILL');
+    expect(await exited).toEqual([null, 'SIGKILL']);
+  });
+
   it('fails with 125 on a bad argument', () => {
     expect(runRunner('print(1)', ['--bogus']).status).toBe(125);
   });
