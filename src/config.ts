@@ -107,6 +107,8 @@ export const ConfigSchema = v.pipe(
     host: v.optional(v.pipe(v.string(), v.minLength(1)), '127.0.0.1'),
     workspace: v.optional(v.string(), '.workspace'),
     database_url: v.optional(v.nullable(v.string()), null),
+    /** The statements on a run's critical path are prepared once per connection (src/store/prepared.ts). */
+    database_prepared_statements: v.optional(v.boolean(), true),
     log_level: v.optional(v.picklist(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']), 'info'),
     /** Bearer tokens for the API (`/livez`, `/readyz`, `/health` stay open); none configured: no authentication. */
     auth: v.optional(

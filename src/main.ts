@@ -73,7 +73,7 @@ export async function createService(config: Config, o: ServiceOverrides = {}): P
   const clock: Clock = o.now ? { now: o.now } : systemClock;
   // Before anything else: a tokens file that cannot be read must stop the start, not open the API.
   const tokens = new TokenSet({ tokens: config.auth.tokens, tokensFile: config.auth.tokens_file }, clock, logger);
-  const db = o.db ?? (await createDb({ url: config.database_url, workspace: config.workspace, poolSize: config.max_workers + 10 }));
+  const db = o.db ?? (await createDb({ url: config.database_url, workspace: config.workspace, poolSize: config.max_workers + 10, preparedStatements: config.database_prepared_statements }));
   await migrateToLatest(db.kysely);
   const metrics = new Metrics({ defaultMetrics: true });
   const breaker = new CircuitBreaker({

@@ -7,6 +7,7 @@ import path from 'node:path';
 import { Kysely, PostgresDialect, type ColumnType, type Generated, type Insertable, type Selectable, type Updateable } from 'kysely';
 import pg from 'pg';
 import { parseJson } from '../util/json.ts';
+import { prepareMarkedStatements } from './prepared.ts';
 
 /** The `json` type's OID: its columns are parsed with {@link parseJson}, numbers kept exactly. */
 const JSON_OID = 114;
@@ -156,8 +157,8 @@ pg.types.setTypeParser(20, (v) => Number(v));
 pg.types.setTypeParser(JSON_OID, parseJson);
 
 /** Opens PostgreSQL when `url` is given, PGlite under `workspace` otherwise. */
-export async function createDb(opts: { url: string | null; workspace: string; poolSize?: number }): Promise<Db> {
-  if (opts.url) return createPostgres(opts.url, opts.poolSize ?? 10);
+export async function createDb(opts: { url: string | null; workspace: string; poolSize?: number; preparedStatements?: boolean }): Promise<Db> {
+  if (opts.url) return createPostgres(opts.url, opts.poolSize ?? 10, opts.preparedStatements ?? true);
   const dir = path.join(opts.workspace, 'pglite');
   mkdirSync(dir, { recursive: true });
   return createPglite(dir);
@@ -183,7 +184,7 @@ export function redactUrl(url: string): string {
   }
 }
 
-async function createPostgres(url: string, max: number): Promise<Db> {
+async function createPostgres(url: string, max: number, preparedStatements: boolean): Promise<Db> {
   // Fail at start, plainly, rather than on the first request: one probe connection with a bound wait.
   const probe = new pg.Client({ connectionString: url, connectionTimeoutMillis: 10_000 });
   probe.on('error', () => {});
@@ -201,6 +202,7 @@ async function createPostgres(url: string, max: number): Promise<Db> {
   // Nor one checked out between two statements (pg.Pool listens only on idle ones): the statement
   // in flight, or the next one, fails on its own and the pool drops the client when it comes back.
   pool.on('connect', (client) => client.on('error', () => {}));
+  if (preparedStatements) prepareMarkedStatements(pool);
   const kysely = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
   const handlers = new Map<string, Set<(p: string) => void>>();
   // One LISTEN connection. When it drops (server restart, terminated backend) it reconnects by itself

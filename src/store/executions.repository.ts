@@ -6,6 +6,7 @@
 import { sql, type Kysely, type Transaction } from 'kysely';
 import { TERMINAL_STATUSES, type RecordStatus } from '../executions/status.ts';
 import type { Database, ExecutionRow, ExecutionsTable, ExecutionUpdate, NewExecutionRow } from './database.ts';
+import { prepared } from './prepared.ts';
 
 /** A kysely handle or a transaction: what every repository function takes first. */
 export type Q = Kysely<Database> | Transaction<Database>;
@@ -23,7 +24,11 @@ export type Q = Kysely<Database> | Transaction<Database>;
 export async function insertExecution(db: Q, row: NewExecutionRow, o: { flushLater?: boolean } = {}): Promise<ExecutionRow> {
   const q = db.insertInto('executions').values(row).returningAll();
   if (!o.flushLater) return q.executeTakeFirstOrThrow();
-  const { unflushed: _, ...inserted } = await q.returning(sql<string>`set_config('synchronous_commit', 'off', true)`.as('unflushed')).executeTakeFirstOrThrow();
+  // A sync run's insert is on its critical path: prepared (see prepared.ts).
+  const r = await db.executeQuery(prepared(q.returning(sql<string>`set_config('synchronous_commit', 'off', true)`.as('unflushed')).compile()));
+  const first = r.rows[0];
+  if (!first) throw new Error('insert returned no row');
+  const { unflushed: _, ...inserted } = first;
   return inserted as ExecutionRow;
 }
 
@@ -137,7 +142,7 @@ export async function settleRunning(
   const list = events?.list ?? [];
   // The run's last events go in with the verdict, atomically and in one round trip: a reader that
   // sees the record terminal has them, and none is stored for a record someone else settled.
-  const row = await db
+  const query = db
     .with('u', (q) => q.updateTable('executions').set(patch).where('id', '=', id).where('status', '=', 'running').where('claimed_by', '=', claimedBy).returningAll())
     .with('ev', (q) =>
       q
@@ -150,8 +155,9 @@ export async function settleRunning(
     .selectFrom('u')
     .selectAll()
     .select(sql<string>`pg_notify(${channel}, u.id)`.as('notified'))
-    .select(sql<string | null>`CASE WHEN ${list.length} > 0 THEN pg_notify(${events?.channel ?? ''}, u.id) END`.as('events_notified'))
-    .executeTakeFirst();
+    .select(sql<string | null>`CASE WHEN ${list.length} > 0 THEN pg_notify(${events?.channel ?? ''}, u.id) END`.as('events_notified'));
+  // Every run's verdict: prepared (see prepared.ts).
+  const row = (await db.executeQuery(prepared(query.compile()))).rows[0];
   if (!row) return undefined;
   const { notified: _notified, events_notified: _events, ...rest } = row;
   return rest as ExecutionRow;

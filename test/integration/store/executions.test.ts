@@ -4,9 +4,9 @@
  * channel's listeners — once per batch — on PostgreSQL and on PGlite.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { sql } from 'kysely';
-import type { Db, NewExecutionRow } from '../../../src/store/database.ts';
-import { EXECUTION_COLUMN_TYPES, insertExecution, insertExecutions } from '../../../src/store/executions.repository.ts';
+import { sql, type Kysely } from 'kysely';
+import { createDb, type Database, type Db, type NewExecutionRow } from '../../../src/store/database.ts';
+import { EXECUTION_COLUMN_TYPES, insertExecution, insertExecutions, settleRunning } from '../../../src/store/executions.repository.ts';
 import { insertDlq } from '../../../src/store/dlq.repository.ts';
 import { parseJson, stringifyJson } from '../../../src/util/json.ts';
 import { connectionPair, freshDatabase, type TestDatabase } from '../../support/db.ts';
@@ -138,5 +138,39 @@ describe('insertExecution with flushLater (a sync run record)', () => {
       { id: 'flush-1', status: 'running' },
       { id: 'flush-2', status: 'queued' },
     ]);
+  });
+});
+
+describe('prepared statements (PostgreSQL)', () => {
+  const preparedNames = async (conn: Kysely<Database>) => (await sql<{ name: string }>`SELECT name FROM pg_prepared_statements`.execute(conn)).rows.map((r) => r.name);
+  const settle = (conn: Kysely<Database>, id: string) =>
+    settleRunning(conn, id, 'me', { status: 'succeeded', exit_code: 0, claimed_by: null }, 'sandpod_test_done', { list: [{ kind: 'status', data: '{"s":1}' }], channel: 'sandpod_test_events' });
+
+  it.runIf(process.env.SANDPOD_TEST_DB !== 'pglite')('a sync run’s insert and every verdict are prepared once per connection and reused', async () => {
+    await writer.kysely.connection().execute(async (conn) => {
+      const run = async (id: string) => {
+        await insertExecution(conn, row(id, { status: 'running', mode: 'sync', claimed_by: 'me' }), { flushLater: true });
+        expect((await settle(conn, id))?.status).toBe('succeeded');
+        return (await sql<{ name: string; statement: string }>`SELECT name, statement FROM pg_prepared_statements WHERE name LIKE 'sandpod\_%' ORDER BY name`.execute(conn)).rows;
+      };
+      const first = await run('prep-1');
+      expect(first.some((p) => p.statement.startsWith('insert into "executions"'))).toBe(true);
+      expect(first.some((p) => p.statement.startsWith('with "u" as (update "executions"'))).toBe(true);
+      // The next run reuses them: nothing new is prepared.
+      expect(await run('prep-2')).toEqual(first);
+    });
+  });
+
+  it.runIf(process.env.SANDPOD_TEST_DB !== 'pglite')('with database_prepared_statements off, nothing is prepared (for poolers that cannot carry them)', async () => {
+    const plain = await createDb({ url: database.url, workspace: database.workspace, preparedStatements: false });
+    try {
+      await plain.kysely.connection().execute(async (conn) => {
+        await insertExecution(conn, row('prep-3', { status: 'running', mode: 'sync', claimed_by: 'me' }), { flushLater: true });
+        expect((await settle(conn, 'prep-3'))?.status).toBe('succeeded');
+        expect(await preparedNames(conn)).toEqual([]);
+      });
+    } finally {
+      await plain.destroy();
+    }
   });
 });
