@@ -4,6 +4,7 @@ import { describeRoute } from 'hono-openapi';
 import { AppError } from '../../errors.ts';
 import { queueStatus, syncView } from '../../executions/index.ts';
 import { clientIp } from '../client-ip.ts';
+import { clientGoneSignal } from '../request-header.ts';
 import type { AppDeps, AppEnv } from '../deps.ts';
 import { bodyValidator, errorResponses, jsonResponse } from '../openapi.ts';
 import * as v from 'valibot';
@@ -36,7 +37,7 @@ export function executeRoutes(deps: AppDeps) {
     async (c) => {
       const body = c.req.valid('json');
       const meta = { correlationId: c.get('correlationId'), clientIp: clientIp(c) };
-      const row = await deps.executions.runSync(body, meta, c.req.raw.signal);
+      const row = await deps.executions.runSync(body, meta, clientGoneSignal(c));
       deps.metrics.submissions.inc({ mode: 'sync', outcome: 'created' });
       const view = syncView(row);
       const error = row.error as { type?: string; message?: string } | null;

@@ -9,7 +9,7 @@ import { isTerminal, queueStatus, type SubmittedJob } from '../../executions/ind
 import { clientIp } from '../client-ip.ts';
 import type { AppDeps, AppEnv } from '../deps.ts';
 import { bodyValidator, errorResponses, jsonResponse, pathParam, queryValidator, type ParamDoc, type ResponseDoc } from '../openapi.ts';
-import { requestHeader } from '../request-header.ts';
+import { clientGoneSignal, requestHeader } from '../request-header.ts';
 import {
   AnyRecordSchema,
   FullRecordSchema,
@@ -75,7 +75,7 @@ export function jobRoutes(deps: AppDeps) {
       const q = c.req.valid('query');
       const id = c.req.param('id');
       let row = await mustGet(id);
-      if (!isTerminal(row.status) && q.wait) row = (await deps.waiter.wait(id, q.timeout * 1000, c.req.raw.signal)) ?? row;
+      if (!isTerminal(row.status) && q.wait) row = (await deps.waiter.wait(id, q.timeout * 1000, clientGoneSignal(c))) ?? row;
       if (isTerminal(row.status)) return exactJson(c, await history.recordOf(row, q.view === 'full'));
       if (q.wait) {
         throw new AppError('wait_timeout', `job '${id}' did not finish within ${q.timeout} s; it is still ${row.status}`, {
