@@ -837,10 +837,12 @@ def main():
     if a.wait:
         os.close(gate_r)
         wait_for_go(a)
-        announce_execution()
         t0 = time.monotonic()
         os.write(gate_w, b'g')
         os.close(gate_w)
+        # After the gate: the program need not wait for this. The marker still comes before any of
+        # its output (only this process writes the phase fd, and frames start below).
+        announce_execution()
     if relay is not None:
         start_relay(relay, a.egress_proxy)
     if a.phase_fd > 2:

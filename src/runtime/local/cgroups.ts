@@ -213,7 +213,8 @@ function v1Support(parents: Record<string, string>): CgroupSupport {
         },
         pids: () => [...new Set(all.flatMap(pidsOf))],
         killAll: () => killPids([...new Set(all.flatMap(pidsOf))]),
-        stopAll: () => killPids([...new Set(all.flatMap(pidsOf))], 'SIGSTOP'),
+        // Every process of a run is in all four (it entered them together; only root can move it).
+        stopAll: () => killPids(pidsOf(mem), 'SIGSTOP'),
         remove: () => rmdirRetry(all),
       };
     },
