@@ -21,7 +21,7 @@ import { isDatabaseUnavailable, type Database, type Db, type ExecutionRow, type 
 import { insertDlq } from '../store/dlq.repository.ts';
 import type { NewRunEvent } from '../store/events.repository.ts';
 import { getExecution, insertExecution, settleRunning, updateExecutionIf } from '../store/executions.repository.ts';
-import { stringifyJson } from '../util/json.ts';
+import { parseJson, stringifyJson } from '../util/json.ts';
 import { classify, type Classification } from './classify.ts';
 import { EVENTS_CHANNEL, RunEventWriter } from './events.ts';
 import { mergedRequirements, resolveJobType } from './requests.ts';
@@ -67,7 +67,10 @@ export class Running {
       if (!released) slots.release();
       released = true;
     };
+    const { runtime } = this.o;
     try {
+      // While the record is written, the runtime may get a sandbox ready (nothing runs before it is).
+      if (runtime.reserve) this.reserve(row);
       // Its commit need not wait for the disk: the verdict's commit, before any answer, flushes it too.
       const done = await this.execute(await insertExecution(this.o.db.kysely, row, { flushLater: true }), { release });
       // execute() settles every run it can; a record it could not write (database gone) must not be
@@ -79,8 +82,35 @@ export class Running {
       }
       return done;
     } finally {
+      runtime.unreserve?.(row.id);
       release();
     }
+  }
+
+  /** A hint to the runtime; whatever goes wrong in it, the run goes on without. */
+  private reserve(row: NewExecutionRow): void {
+    try {
+      this.o.runtime.reserve?.(this.specOf({ ...row, input_data: parseJson(row.input_data), requirements: JSON.parse(row.requirements) as string[] }));
+    } catch (err) {
+      this.o.logger.warn({ execution_id: row.id, err: errorMessage(err) }, 'could not reserve a sandbox; the run starts without one');
+    }
+  }
+
+  /** What the runtime is asked to run for a record (the build it pinned, even after a rebuild: issue #11). */
+  private specOf(row: Pick<ExecutionRow, 'id' | 'code' | 'input_data' | 'job_type' | 'job_ref' | 'timeout_s' | 'startup_timeout_s' | 'requirements'>): RunSpec {
+    const { config, registry } = this.o;
+    const jt = pinnedJobType(registry, row.job_type, row.job_ref) ?? resolveJobType(registry, row.job_type);
+    return {
+      executionId: row.id,
+      code: row.code,
+      inputJson: inputJsonOf(row),
+      jobType: jt,
+      timeoutSec: row.timeout_s,
+      startupTimeoutSec: row.startup_timeout_s,
+      requirements: mergedRequirements(jt, row.requirements),
+      maxStdoutBytes: config.max_stdout_bytes,
+      maxArtifactBytes: config.max_artifact_bytes,
+    };
   }
 
   /**
@@ -153,20 +183,9 @@ export class Running {
 
   /** One run through the guard: breaker open → `service_unavailable`; engine failures retried. */
   private async runGuarded(row: ExecutionRow, signal: AbortSignal, adopt: boolean, log: Logger, events: RunEventWriter): Promise<Outcome> {
-    const { config, runtime, db, workerId } = this.o;
-    // The build the record pinned at submission, even when the type was rebuilt since (issue #11).
-    const jt = pinnedJobType(this.o.registry, row.job_type, row.job_ref) ?? resolveJobType(this.o.registry, row.job_type);
-    const spec: RunSpec = {
-      executionId: row.id,
-      code: row.code,
-      inputJson: inputJsonOf(row),
-      jobType: jt,
-      timeoutSec: row.timeout_s,
-      startupTimeoutSec: row.startup_timeout_s,
-      requirements: mergedRequirements(jt, row.requirements),
-      maxStdoutBytes: config.max_stdout_bytes,
-      maxArtifactBytes: config.max_artifact_bytes,
-    };
+    const { runtime, db, workerId } = this.o;
+    const spec = this.specOf(row);
+    const jt = spec.jobType;
     log.info(
       { job_type: jt.name, mode: row.mode, requirements: spec.requirements.length, ...(adopt ? { adopted: true } : {}) },
       spec.requirements.length > 0 ? 'run starting; installing requirements first' : 'run starting',

@@ -177,6 +177,14 @@ export interface Runtime {
    * and OOM. Rejects only when the machinery failed in a way worth retrying (engine unreachable).
    */
   run(spec: RunSpec, options?: RunOptions): Promise<RawRun>;
+  /**
+   * Optional: `run(spec)` follows as soon as the run's record is written. A runtime may get a sandbox
+   * ready for it meanwhile (the local one claims a warm sandbox and writes the program into it);
+   * nothing runs before `run`. {@link unreserve} gives back what `run` did not take.
+   */
+  reserve?(spec: RunSpec): void;
+  /** Gives back a reservation `run` did not take (its record could not be written, the run was refused); no-op otherwise. */
+  unreserve?(executionId: string): void;
   /** Builds job types into pinned environments (SPEC §4.9); absent where builds are not supported yet. */
   readonly builder?: Builder;
   /** Warm sandbox pools per job type (runtimes that keep them; issue 10). */

@@ -44,7 +44,7 @@ import { runscDelete, superviseLaunch, type LaunchResult } from './proc.ts';
 import { RunDir, sandboxId } from './run-dir.ts';
 import { runnerSandbox } from './runner-command.ts';
 import { EGRESS_DIR, SandboxHost, WRAPPER_FAILED_EXIT } from './sandbox.ts';
-import { SandboxPool, type PoolTarget, type WarmSandbox } from './sandbox-pool.ts';
+import { poolKey, SandboxPool, type PoolTarget, type WarmSandbox } from './sandbox-pool.ts';
 import { Spawner } from './spawner.ts';
 import { WarmPool, type Warm } from './warm-pool.ts';
 import { checkTraversable, claimWorkspace, instanceRoot, prepareRunsDir, releaseRunsDir, releaseWorkspace } from './workspace.ts';
@@ -65,6 +65,8 @@ export interface LocalRuntime extends Runtime {
    * (no cgroups, or the `process` engine) or for a job type that cannot be pooled.
    */
   prewarm(jobType: JobType, size?: number): Promise<void>;
+  reserve(spec: RunSpec): void;
+  unreserve(executionId: string): void;
   warmPoolStats(): WarmPoolStats[];
 }
 
@@ -74,6 +76,17 @@ const MAX_UNIX_PATH = 107;
 const MAX_WARM = 8;
 /** How long after a warm run its sandbox's teardown and the pool's refill wait (see runWarm), ms. */
 const WARM_TEARDOWN_DELAY_MS = 10;
+/** A reserved warm sandbox whose run did not come within this long is given back (destroyed), ms. */
+const RESERVATION_TTL_MS = 10_000;
+
+/** A warm sandbox claimed, and loaded with the program, while the run's record is being written. */
+interface Reservation {
+  w: WarmSandbox;
+  key: string;
+  code: string;
+  inputJson: string;
+  timer: NodeJS.Timeout;
+}
 
 /**
  * Creates the local runtime. Nothing happens until `start()`, which picks the engine
@@ -124,6 +137,8 @@ class LocalRuntimeImpl implements LocalRuntime {
   private readonly cleanups = new Set<Promise<void>>();
   /** Teardowns of warm sandboxes whose runs ended, waiting out WARM_TEARDOWN_DELAY_MS. */
   private readonly teardowns = new Set<() => void>();
+  /** Warm sandboxes reserved for runs whose records are being written, by execution id. */
+  private readonly reservations = new Map<string, Reservation>();
   private readonly probeErrors: Partial<Record<EngineName, string>> = {};
   private gvisorWorks = false;
   /** Job-type builds (build.ts): usable once started. */
@@ -236,6 +251,7 @@ class LocalRuntimeImpl implements LocalRuntime {
   }
 
   async stop(): Promise<void> {
+    for (const id of [...this.reservations.keys()]) this.unreserve(id);
     this.p?.warm?.stop();
     await this.p?.sandboxes?.stop();
     // Warm sandboxes of ended runs still waiting for their teardown go now (the stopped pool refills nothing).
@@ -287,6 +303,8 @@ class LocalRuntimeImpl implements LocalRuntime {
       return this.finish(obs, t0, { infraError: { type: 'config_error', message: `no interpreter configured for python ${spec.jobType.pythonVersion} (python_interpreters)` } });
     }
     const memoryBytes = parseMemory(spec.jobType.memoryLimit);
+    const reserved = this.takeReservation(spec, interpreter);
+    if (reserved) return this.runWarm(spec, options, p, t0, obs, reserved);
     const claimed = p.sandboxes?.claim(spec.jobType, interpreter, spec.requirements) ?? null;
     if (claimed && this.deliver(claimed, spec)) return this.runWarm(spec, options, p, t0, obs, claimed);
     const rd = RunDir.create({ host: p.host, runsDir: p.runsDir, id: sandboxId(null, t0), program: { code: spec.code, inputJson: spec.inputJson }, tmpBytes: memoryBytes });
@@ -312,6 +330,46 @@ class LocalRuntimeImpl implements LocalRuntime {
       );
       setImmediate(() => this.p?.warm?.refill());
     }
+  }
+
+  /**
+   * While the run's record is being written: claims a warm sandbox for it and writes the program in,
+   * so `run` only has to say go. Nothing runs here. A miss is not counted (the run's own claim is).
+   */
+  reserve(spec: RunSpec): void {
+    const p = this.p;
+    const interpreter = this.config.python_interpreters[spec.jobType.pythonVersion];
+    if (!p?.sandboxes || !interpreter || this.reservations.has(spec.executionId)) return;
+    const w = p.sandboxes.claim(spec.jobType, interpreter, spec.requirements, false);
+    if (!w || !this.deliver(w, spec)) return;
+    const timer = setTimeout(() => this.unreserve(spec.executionId), RESERVATION_TTL_MS);
+    timer.unref();
+    this.reservations.set(spec.executionId, { w, key: poolKey(spec.jobType, interpreter), code: spec.code, inputJson: spec.inputJson, timer });
+  }
+
+  /** Destroys a reserved sandbox its run did not take (it ran nothing). */
+  unreserve(executionId: string): void {
+    const r = this.reservations.get(executionId);
+    if (!r) return;
+    this.reservations.delete(executionId);
+    clearTimeout(r.timer);
+    this.background(r.w.destroy());
+    setImmediate(() => this.p?.sandboxes?.tick());
+  }
+
+  /** The sandbox reserved for this run, with this run's program in it; null when there is none (or it no longer fits). */
+  private takeReservation(spec: RunSpec, interpreter: string): WarmSandbox | null {
+    const r = this.reservations.get(spec.executionId);
+    if (!r) return null;
+    this.reservations.delete(spec.executionId);
+    clearTimeout(r.timer);
+    if (r.key !== poolKey(spec.jobType, interpreter)) {
+      this.background(r.w.destroy());
+      setImmediate(() => this.p?.sandboxes?.tick());
+      return null;
+    }
+    if (r.code !== spec.code || r.inputJson !== spec.inputJson) return this.deliver(r.w, spec) ? r.w : null;
+    return r.w;
   }
 
   /**

@@ -133,9 +133,10 @@ export class SandboxPool {
 
   /**
    * A ready sandbox for this run, now the caller's; null on a miss (no pool for the key, or none
-   * ready), counted either way for runs whose job type is pooled.
+   * ready), counted either way for runs whose job type is pooled (a miss not with `countMiss`
+   * false: a reservation that missed, whose run claims again).
    */
-  claim(jobType: JobType, interpreter: string, requirements: string[]): WarmSandbox | null {
+  claim(jobType: JobType, interpreter: string, requirements: string[], countMiss = true): WarmSandbox | null {
     if (this.stopped || requirements.length > 0 || !poolable(jobType)) return null;
     const key = poolKey(jobType, interpreter);
     // Only job types kept warm are counted (a pooled name whose definition changed counts a miss).
@@ -144,7 +145,7 @@ export class SandboxPool {
     const c = this.counter(jobType.name);
     const i = id === null ? -1 : this.entries.findIndex((e) => e.id === id);
     if (i < 0) {
-      c.misses++;
+      if (countMiss) c.misses++;
       return null;
     }
     c.hits++;

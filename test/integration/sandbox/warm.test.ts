@@ -131,4 +131,35 @@ describeEachEngine('warm sandboxes on %s', (engine) => {
     expect(after.hits - before.hits).toBe(1);
     expect(after.misses - before.misses).toBe(1);
   });
+
+  it.skipIf(!asRoot)('reserve(): the run takes the sandbox reserved while its record was written; one given back is replaced', async () => {
+    const jt = spec(config, '').jobType;
+    await rt.prewarm(jt, 2);
+    const stats = () => rt.warmPoolStats().find((s) => s.job_type === 'default')!;
+    const before = stats();
+    const s1 = spec(config, 'import os\nprint(os.path.exists("/tmp/marker"), open("/input/data.json").read())', { inputJson: '{"n": 7}' });
+    rt.reserve(s1);
+    // Claimed at once: one sandbox fewer is ready.
+    expect(stats().ready).toBe(before.ready - 1);
+    const r1 = await rt.run(s1);
+    expect(r1.stdout).toBe('False {"n": 7}\n');
+    // A run whose program changed between the reservation and the run gets its own program.
+    await rt.prewarm(jt, 2);
+    const s2 = spec(config, 'print("reserved")');
+    rt.reserve(s2);
+    const r2 = await rt.run({ ...s2, code: 'print("the run\'s own")' });
+    expect(r2.stdout).toBe("the run's own\n");
+    // Given back: the sandbox is destroyed and the pool refills.
+    await rt.prewarm(jt, 2);
+    const s3 = spec(config, 'open("/output/ran", "w").write("x")');
+    rt.reserve(s3);
+    rt.unreserve(s3.executionId);
+    await rt.prewarm(jt, 2);
+    const after = stats();
+    // Two runs, two hits (each counted once, at its reservation), and no miss.
+    expect(after.hits - before.hits).toBe(3);
+    expect(after.misses - before.misses).toBe(0);
+    // unreserve of an id with nothing reserved is a no-op.
+    expect(() => rt.unreserve('nothing-reserved')).not.toThrow();
+  });
 });
