@@ -69,10 +69,18 @@ export class Running {
     };
     const { runtime } = this.o;
     try {
-      // While the record is written, the runtime may get a sandbox ready (nothing runs before it is).
-      if (runtime.reserve) this.reserve(row);
       // Its commit need not wait for the disk: the verdict's commit, before any answer, flushes it too.
-      const done = await this.execute(await insertExecution(this.o.db.kysely, row, { flushLater: true }), { release });
+      const inserting = insertExecution(this.o.db.kysely, row, { flushLater: true });
+      // While the database writes it (the insert is on the wire by the time immediates run), the
+      // runtime may get a sandbox ready. Nothing runs before the record exists.
+      const hint = runtime.reserve ? setImmediate(() => this.reserve(row)) : undefined;
+      let inserted: ExecutionRow;
+      try {
+        inserted = await inserting;
+      } finally {
+        clearImmediate(hint);
+      }
+      const done = await this.execute(inserted, { release });
       // execute() settles every run it can; a record it could not write (database gone) must not be
       // answered as if it were a result.
       if (!isTerminal(done.status)) {
