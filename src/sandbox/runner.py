@@ -63,8 +63,9 @@ CLI
                             down (about half a millisecond for a forked interpreter) to learn its exit
                             status from wait4: when the program's process says it is exiting (its last
                             act, after flushing and closing its streams, is a notice with its status on
-                            the info pipe) and all its pipes are at EOF, its process group is killed and
-                            that status taken. max_rss_kb and cpu_time_ms are then null. A program that
+                            the info pipe), its process group is killed, what is left in the pipes read,
+                            and that status taken. max_rss_kb and cpu_time_ms are then null (a signal
+                            death sends no notice and is taken from wait4). A program that
                             sends the notice itself and keeps running is killed there, as if it had
                             exited with that status (which it could have done). Without the option the
                             status and resource usage come from wait4 as always.
@@ -117,9 +118,9 @@ import sys
 
 EXIT_TIMEOUT = 124
 EXIT_RUNNER_ERROR = 125
-EXIT_NOT_DELIVERED = 123
+EXIT_NOT_DELIVERED = 123  # --wait: stdin closed before the go line; no program ran
 # --wait --prompt-exit: how long the runner stays after `done` for the host to remove the sandbox.
-HELD_LINGER_SEC = 60  # --wait: stdin closed before the go line; no program ran
+HELD_LINGER_SEC = 60
 BASE_PATH = '/usr/local/bin:/usr/bin:/bin'
 RLIMITS = {
     'fsize': 'RLIMIT_FSIZE',
@@ -948,7 +949,8 @@ def main():
         except OSError:
             pass
     if held:
-        # Everything of the program's group is stopped: what is in the pipes now is all it wrote.
+        # The program's group is stopped: what is in the pipes now is all that counts (a process that
+        # left the group is stopped by the host right after `done`).
         while open_fds and read_ready(0):
             pass
     else:
