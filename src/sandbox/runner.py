@@ -74,7 +74,9 @@ CLI
                             group is stopped (SIGSTOP) instead of killed, and the runner stays after
                             `done N` (at most 60 s) until the host kills it: nothing of the program runs
                             any more, and the teardown of its processes waits until the host has taken
-                            the result, instead of competing with it for the CPU.
+                            the result, instead of competing with it for the CPU. With --stream-frames
+                            as well (the host has the streams from the frames), the report is not
+                            written to files but sent on the done line: `done N {report}`.
 
 Environment
     The program's environment is built from scratch: PATH, HOME and TMPDIR (--tmp), LANG=C.UTF-8,
@@ -995,13 +997,18 @@ def main():
         'stderr_truncated': truncated[err_r],
         'timed_out': timed_out,
     }
-    write_file(os.path.join(out_dir, '.svc_stdout'), bytes(bufs[out_r]))
-    write_file(os.path.join(out_dir, '.svc_stderr'), bytes(bufs[err_r]))
-    write_file(os.path.join(out_dir, '.svc_report.json'), to_json(report).encode('utf-8', 'replace'))
-    write_file(os.path.join(out_dir, '.svc_phase'), phase.encode())
+    done = b'done %d\n' % runner_exit
+    if held and a.stream_frames and a.phase_fd >= 0:
+        # The host has the streams from the frames; the report rides on the done line (no files).
+        done = b'done %d %s\n' % (runner_exit, to_json(report).encode('utf-8', 'replace'))
+    else:
+        write_file(os.path.join(out_dir, '.svc_stdout'), bytes(bufs[out_r]))
+        write_file(os.path.join(out_dir, '.svc_stderr'), bytes(bufs[err_r]))
+        write_file(os.path.join(out_dir, '.svc_report.json'), to_json(report).encode('utf-8', 'replace'))
+        write_file(os.path.join(out_dir, '.svc_phase'), phase.encode())
     if a.wait and a.phase_fd >= 0:
         try:
-            os.write(a.phase_fd, b'done %d\n' % runner_exit)
+            os.write(a.phase_fd, done)
         except OSError:
             pass
     if a.wait and a.prompt_exit:

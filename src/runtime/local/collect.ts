@@ -11,7 +11,8 @@
  * File names, report parsing and content types are the shared ones of `../run-output.ts`.
  *
  * {@link collectRun} is the last step of a run: streams, report, result and artifacts, whether the
- * runner wrote the streams to files or the program wrote them to the sandbox's own stdout/stderr.
+ * runner wrote the streams to files, or sent them as frames with its report on its done line (a held
+ * warm sandbox), or the program wrote them to the sandbox's own stdout/stderr.
  */
 import { createHash } from 'node:crypto';
 import { closeSync, constants, fstatSync, lstatSync, openSync, readdirSync, readSync } from 'node:fs';
@@ -140,10 +141,15 @@ function capped(b: Buffer, cap: number): { text: string; truncated: boolean } {
  * `obs` must already hold the run's outcome (phase, timeout, execution time).
  */
 export function collectRun(outputDir: string, res: LaunchResult, obs: RunObservation, caps: { maxStdoutBytes: number; maxArtifactBytes: number }): Omit<RawRun, 'observation'> {
-  let report = res.tExec !== null ? readReport(outputDir) : null;
+  // A held warm sandbox's runner sent its report on the done line and its streams as frames only.
+  const inline = res.doneReport !== null && res.framed !== null;
+  let report = res.tExec === null ? null : inline ? parseRunnerReport(res.doneReport!) : readReport(outputDir);
   let stdout: { text: string; truncated: boolean };
   let stderr: { text: string; truncated: boolean };
-  if (res.captured) {
+  if (inline) {
+    stdout = capped(res.framed!.stdout, caps.maxStdoutBytes);
+    stderr = capped(res.framed!.stderr, caps.maxStdoutBytes);
+  } else if (res.captured) {
     const c = res.captured;
     const marker = c.stdout.indexOf(EXECUTION_MARKER);
     const userOut = marker >= 0 ? c.stdout.subarray(marker + EXECUTION_MARKER.length) : Buffer.alloc(0);

@@ -9,6 +9,7 @@ import { closeSync, openSync } from 'node:fs';
 import { constants } from 'node:os';
 import type { Clock } from '../../clock.ts';
 import { coverInheritedFds, inheritedFds } from '../../util/inherited-fds.ts';
+import { MAX_REPORT_BYTES } from '../run-output.ts';
 import type { Launch } from './sandbox.ts';
 import type { RunProc, SpawnedProc } from './spawner.ts';
 
@@ -89,6 +90,10 @@ export interface LaunchResult {
   captured: { stdout: Buffer; stderr: Buffer } | null;
   /** The runner's `done N` line ended the run (`doneMarker`); the sandbox may still be tearing down. */
   byDoneMarker: boolean;
+  /** The runner's report, when its done line carried it (`done N {report}`: a held warm sandbox wrote no report file). */
+  doneReport: Buffer | null;
+  /** The program's output as the runner framed it (`framed`), whole (the runner capped it). */
+  framed: { stdout: Buffer; stderr: Buffer } | null;
 }
 
 /** Options of {@link superviseLaunch}. */
@@ -125,7 +130,9 @@ export interface SuperviseOptions {
   framed?: boolean;
 }
 
-const DONE_LINE = /(?:^|\n)done (\d{1,3})\n/;
+/** Longest control line of the runner's: `done N {report}`, a report being at most MAX_REPORT_BYTES. */
+const MAX_CONTROL_LINE = MAX_REPORT_BYTES + 64;
+const DONE_LINE = /(?:^|\n)done (\d{1,3})(?: ([^\n]+))?\n/;
 
 /**
  * Starts a launch — in a warm process when one is given (it execs the command), else as a new
@@ -134,7 +141,7 @@ const DONE_LINE = /(?:^|\n)done (\d{1,3})\n/;
  * the whole process group and the cgroup are killed.
  */
 export async function superviseLaunch(launch: Launch | null, o: SuperviseOptions): Promise<LaunchResult> {
-  const res: LaunchResult = { exitCode: null, signal: null, tExec: null, killedBy: null, stdoutTail: '', stderrTail: '', spawnError: null, captured: null, byDoneMarker: false };
+  const res: LaunchResult = { exitCode: null, signal: null, tExec: null, killedBy: null, stdoutTail: '', stderrTail: '', spawnError: null, captured: null, byDoneMarker: false, doneReport: null, framed: null };
   const outChunks: Buffer[] = [];
   const errChunks: Buffer[] = [];
   let proc: RunProc;
@@ -180,13 +187,24 @@ export async function superviseLaunch(launch: Launch | null, o: SuperviseOptions
       /* live output is best effort */
     }
   };
-  const frames = o.framed ? new FrameReader(emit) : null;
+  const framedOut: Buffer[] = [];
+  const framedErr: Buffer[] = [];
+  const frames = o.framed
+    ? new FrameReader((stream, b) => {
+        (stream === 'stdout' ? framedOut : framedErr).push(b);
+        emit(stream, b);
+      })
+    : null;
   /** Control text after the marker (the `done N` line), scanned without the framed program output. */
   const control = (text: string) => {
     stdoutBuf += text;
     if (o.doneMarker) {
       const m = DONE_LINE.exec(stdoutBuf);
-      if (m) doneCode(Number(m[1]));
+      if (m) {
+        // Control lines arrive whole from the frame reader; latin1 gives the report's bytes back.
+        if (m[2] !== undefined) res.doneReport = Buffer.from(m[2], 'latin1');
+        doneCode(Number(m[1]));
+      }
     }
     if (stdoutBuf.length > 64) stdoutBuf = stdoutBuf.slice(-64);
   };
@@ -228,6 +246,7 @@ export async function superviseLaunch(launch: Launch | null, o: SuperviseOptions
   const [code, sig, spawnError]: [number | null, NodeJS.Signals | null, string | null] = typeof end === 'number' ? [end, null, null] : end;
   res.byDoneMarker = typeof end === 'number';
   if (o.capture) res.captured = { stdout: Buffer.concat(outChunks), stderr: Buffer.concat(errChunks) };
+  if (frames) res.framed = { stdout: Buffer.concat(framedOut), stderr: Buffer.concat(framedErr) };
   settled = true;
   if (timer) clearTimeout(timer);
   o.signal?.removeEventListener('abort', onAbort);
@@ -292,7 +311,8 @@ export class FrameReader {
         control(`${line}\n`);
       }
     }
-    // A header line split across reads waits for its end (headers are short: anything longer is dropped).
-    this.pending = buf.length > 64 ? Buffer.alloc(0) : Buffer.from(buf);
+    // A line split across reads waits for its end (a header is short, a done line with its report
+    // at most MAX_CONTROL_LINE: anything longer is dropped).
+    this.pending = buf.length > MAX_CONTROL_LINE ? Buffer.alloc(0) : Buffer.from(buf);
   }
 }

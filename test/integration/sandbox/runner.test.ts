@@ -3,7 +3,7 @@
  * exit-code conventions, CPython-identical tracebacks, SystemExit, the timeout, the clean environment.
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { chmodSync, closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, closeSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { RUNNER_PATH } from '../../../src/sandbox/paths.ts';
@@ -341,6 +341,34 @@ print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0), try_open(os.getpid()), try_open(os
     child.kill('SIGKILL');
     for (const pid of [program, sleeper]) process.kill(pid, 'SIGKILL');
     expect(await exited).toEqual([null, 'SIGKILL']);
+  });
+
+  it('--wait --prompt-exit --stream-frames: the report rides on the done line and the streams on the frames; no control file is written', async () => {
+    mkdirSync('/tmp/sandpod-test', { recursive: true });
+    const dir = mkdtempSync(path.join('/tmp/sandpod-test', 'runner-inline-'));
+    mkdirSync(path.join(dir, 'out'));
+    const main = path.join(dir, 'main.py');
+    writeFileSync(main, 'import sys\nprint("out")\nprint("érr", file=sys.stderr)\nraise KeyError("k")\n');
+    const child = spawn(PY, [RUNNER_PATH, '--code', main, '--output', path.join(dir, 'out'), '--cwd', dir, '--phase-fd', '1', '--wait', '--prompt-exit', '--stream-frames'], { env: CLEAN, stdio: ['pipe', 'pipe', 'pipe'] });
+    let out = Buffer.alloc(0);
+    child.stdout.on('data', (b: Buffer) => (out = Buffer.concat([out, b])));
+    const exited = new Promise<void>((r) => child.on('close', () => r()));
+    const until = async (pred: () => boolean) => {
+      for (let i = 0; i < 400 && !pred(); i++) await new Promise((r) => setTimeout(r, 25));
+    };
+    await until(() => out.includes('ready\n'));
+    child.stdin.end('{}\n');
+    await until(() => /done \d+ .*\n$/.test(out.toString('utf8')));
+    child.kill('SIGKILL');
+    await exited;
+    const text = out.toString('utf8');
+    const done = /\ndone (\d+) (\{.*\})\n$/.exec(text)!;
+    expect(done[1]).toBe('1');
+    expect(JSON.parse(done[2]!)).toMatchObject({ phase: 'failed', exit_code: 1, exception: 'KeyError', exception_message: "'k'", max_rss_kb: null, stdout_truncated: false });
+    // The frames: stdout, then stderr (its traceback too).
+    expect(text).toContain('o 4\nout\n');
+    expect(text).toMatch(/e \d+\nérr\n/);
+    expect(readdirSync(path.join(dir, 'out')).sort()).toEqual(['.svc_phase']);
   });
 
   it('fails with 125 on a bad argument', () => {

@@ -2,7 +2,9 @@ import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { collectOutputs, readReport, readStream } from '../../../../src/runtime/local/collect.ts';
+import { collectOutputs, collectRun, readReport, readStream } from '../../../../src/runtime/local/collect.ts';
+import { baseObservation } from '../../../../src/runtime/run-output.ts';
+import type { LaunchResult } from '../../../../src/runtime/local/proc.ts';
 
 function outDir(): string {
   mkdirSync('/tmp/sandpod-test', { recursive: true });
@@ -63,5 +65,31 @@ describe('report and streams', () => {
     writeFileSync(path.join(d, '.svc_stdout'), 'abcdef');
     expect(readStream(d, '.svc_stdout', 4)).toEqual({ text: 'abcd', truncated: true });
     expect(readStream(d, '.svc_stderr', 4)).toEqual({ text: '', truncated: false });
+  });
+});
+
+describe('collectRun', () => {
+  const launch = (over: Partial<LaunchResult>): LaunchResult => ({ exitCode: 0, signal: null, tExec: 1, killedBy: null, stdoutTail: '', stderrTail: '', spawnError: null, captured: null, byDoneMarker: true, doneReport: null, framed: null, ...over });
+
+  it('a held warm sandbox: the report from the done line, the streams from the frames, no control file read', () => {
+    const d = outDir();
+    // Files a program could have left: not what the run reports.
+    writeFileSync(path.join(d, '.svc_report.json'), '{"exit_code": 99}');
+    writeFileSync(path.join(d, '.svc_stdout'), 'forged');
+    writeFileSync(path.join(d, 'plot.png'), Buffer.from([1]));
+    const report = { phase: 'failed', exit_code: 3, exception: 'KeyError', stdout_truncated: true };
+    const r = collectRun(d, launch({ exitCode: 3, doneReport: Buffer.from(JSON.stringify(report)), framed: { stdout: Buffer.from('héllo'), stderr: Buffer.from('err') } }), baseObservation(0, { oomDetectable: true }), { maxStdoutBytes: 100, maxArtifactBytes: 100 });
+    expect(r.report).toMatchObject({ exit_code: 3, exception: 'KeyError' });
+    expect([r.stdout, r.stderr, r.stdoutTruncated, r.stderrTruncated]).toEqual(['héllo', 'err', true, false]);
+    expect(r.artifacts.map((a) => a.name)).toEqual(['plot.png']);
+  });
+
+  it('without a report on the done line, the files are read as before', () => {
+    const d = outDir();
+    writeFileSync(path.join(d, '.svc_report.json'), '{"exit_code": 4}');
+    writeFileSync(path.join(d, '.svc_stdout'), 'from the file');
+    const r = collectRun(d, launch({ exitCode: 4, framed: { stdout: Buffer.from('from frames'), stderr: Buffer.alloc(0) } }), baseObservation(0, { oomDetectable: true }), { maxStdoutBytes: 100, maxArtifactBytes: 100 });
+    expect(r.report).toMatchObject({ exit_code: 4 });
+    expect(r.stdout).toBe('from the file');
   });
 });

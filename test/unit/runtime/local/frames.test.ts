@@ -21,6 +21,8 @@ describe('FrameReader', () => {
     ['a frame split across reads, header too', ['o', ' 5\nab', 'c', 'de', 'done 1\n'], [{ stream: 'stdout', text: 'abcde' }], ['done 1\n']],
     ['program output that looks like a control line stays output', ['o 7\ndone 0\n', 'o 10\nexecution\n'], [{ stream: 'stdout', text: 'done 0\nexecution\n' }], []],
     ['an empty frame', ['o 0\ne 1\nx'], [{ stream: 'stderr', text: 'x' }], []],
+    // A held sandbox's done line carries the report, split across reads like anything else.
+    ['a done line with its report, split across reads', ['o 2\nhi', 'done 0 {"exit_code":0,', `"exception_message":"${'é'.repeat(4000)}"}\n`], [{ stream: 'stdout', text: 'hi' }], [`done 0 {"exit_code":0,"exception_message":"${'é'.repeat(4000)}"}\n`]],
   ])('%s', (_name, parts, out, control) => {
     const r = parse(parts as string[]);
     expect(r.out).toEqual(out);
