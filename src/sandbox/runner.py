@@ -58,6 +58,11 @@ CLI
                             without --wait, and after the report is written the runner writes
                             `done N\n` (N its exit status) to the phase fd, so the host need not wait
                             for the sandbox's teardown. Not with --exec or --egress-proxy.
+    --warm-up               with --wait: while it waits for the go line, the program's process compiles,
+                            runs and collects an empty module once, so that the memory a program's start
+                            and exit write is its own already (see warm_up). For sandboxes that wait long
+                            before their go line (a local pool); it costs CPU right at start, which a pod
+                            whose go line comes at once (a CPU-limited cold pod) would wait for.
     --prompt-exit           the host measures the run's resources itself (the local runtime's cgroups),
                             so the runner need not wait for the kernel to tear the program's process
                             down (about half a millisecond for a forked interpreter) to learn its exit
@@ -151,6 +156,7 @@ class Args:
     egress_proxy = None
     wait = False
     prompt_exit = False
+    warm_up = False
 
     def __init__(self):
         self.env = []
@@ -218,6 +224,8 @@ def parse_args(argv):
                 a.wait = True
             elif opt == '--prompt-exit':
                 a.prompt_exit = True
+            elif opt == '--warm-up':
+                a.warm_up = True
             elif opt == '--reexeced':
                 a.reexeced = True
             else:
@@ -294,7 +302,7 @@ def prepare_child(a, out_w, err_w):
 
 
 def warm_up():
-    """--wait, in the held child: the work of a program's start and end, done once on nothing.
+    """--wait --warm-up, in the held child: the work of a program's start and end, done once on nothing.
 
     The child shares the runner's memory copy-on-write: the first write to a page (a reference count,
     the compiler's and the allocator's state, the collector's lists) copies it, a fault each. Compiling
@@ -820,7 +828,8 @@ def main():
         set_dumpable(True)
         if a.wait:
             os.close(gate_w)
-            warm_up()
+            if a.warm_up:
+                warm_up()
             # EOF: the runner ended without a go line (a retired sandbox); nothing runs.
             if not os.read(gate_r, 1):
                 os._exit(0)

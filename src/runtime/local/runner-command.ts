@@ -83,7 +83,8 @@ function runnerArgv(o: RunnerCommandOptions): string[] {
     // The program's output reaches the host as it is written (GET /jobs/{id}/events): in-process it
     // is the sandbox's own stdout/stderr; a forking runner sends it framed on the phase fd.
     ...(o.inProcess ? ['--exec'] : ['--stream-frames']),
-    ...(o.wait ? ['--wait'] : []),
+    // A pool sandbox waits long before its go line: its program's process warms up meanwhile.
+    ...(o.wait ? ['--wait', '--warm-up'] : []),
     // With cgroups this runtime measures memory and CPU itself: the runner may take the program's
     // exit status from its exit notice instead of waiting out its process's teardown.
     ...(o.cgroups && !o.inProcess ? ['--prompt-exit'] : []),

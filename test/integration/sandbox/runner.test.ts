@@ -349,7 +349,7 @@ print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0), try_open(os.getpid()), try_open(os
     mkdirSync(path.join(dir, 'out'));
     const main = path.join(dir, 'main.py');
     writeFileSync(main, 'import sys\nprint("out")\nprint("érr", file=sys.stderr)\nraise KeyError("k")\n');
-    const child = spawn(PY, [RUNNER_PATH, '--code', main, '--output', path.join(dir, 'out'), '--cwd', dir, '--phase-fd', '1', '--wait', '--prompt-exit', '--stream-frames'], { env: CLEAN, stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn(PY, [RUNNER_PATH, '--code', main, '--output', path.join(dir, 'out'), '--cwd', dir, '--phase-fd', '1', '--wait', '--warm-up', '--prompt-exit', '--stream-frames'], { env: CLEAN, stdio: ['pipe', 'pipe', 'pipe'] });
     let out = Buffer.alloc(0);
     child.stdout.on('data', (b: Buffer) => (out = Buffer.concat([out, b])));
     const exited = new Promise<void>((r) => child.on('close', () => r()));
