@@ -78,6 +78,15 @@ export class ExecError extends Error {
 }
 
 /**
+ * Whether an exec or attach failed at the upgrade (an HTTP refusal, anywhere in its causes): no stream
+ * was opened, so nothing ran and nothing was consumed (a container not started yet is refused so).
+ */
+export function upgradeRefused(err: unknown): boolean {
+  for (let e: unknown = err; e instanceof Error; e = e.cause) if (e instanceof ExecError && e.httpStatus !== undefined) return true;
+  return false;
+}
+
+/**
  * Turns a refused WebSocket upgrade (the API server answered with an HTTP status instead of 101) into
  * an {@link ExecError} carrying that status and the Status message of its body.
  */

@@ -8,7 +8,7 @@
 export { defaultKubeConfig } from './kube-config.ts';
 export { KubeApi, KubeTimeoutError, httpStatusOf, isApiUnavailable, DEFAULT_REQUEST_TIMEOUT_MS, DEFAULT_EXEC_TIMEOUT_MS } from './kube-api.ts';
 export { ReconnectingInformer, isGone, watchDeadlineMs, DEFAULT_WATCH_TIMEOUT_SECONDS, type InformerEvent, type InformerOptions, type KubeObject, type ListResult } from './informer.ts';
-export { execInContainer, exitCodeOf, ExecError, EXEC_PROTOCOLS, type ExecRequest, type ExecResult, type ExecStatus } from './exec.ts';
+export { execInContainer, exitCodeOf, ExecError, EXEC_PROTOCOLS, upgradeRefused, type ExecRequest, type ExecResult, type ExecStatus } from './exec.ts';
 export { followLog, LogHttpError, type LogFollowHandle, type LogFollowRequest } from './log-stream.ts';
 export { openWatch, WatchStalledError, WatchConnectTimeoutError, WatchHttpError, type WatchHandle, type WatchRequest } from './watch.ts';
 export { attachToContainer, type AttachRequest, type AttachSession } from './attach.ts';

@@ -28,6 +28,12 @@ export class PodBuilder {
     return this;
   }
 
+  /** Scheduled onto a node (its containers may start before their status says so). */
+  bound(node = 'node-1'): this {
+    this.pod.spec!.nodeName = node;
+    return this;
+  }
+
   withDeps(): this {
     this.pod.spec!.initContainers = [{ name: 'deps' }];
     this.pod.status!.initContainerStatuses = [waiting('deps', 'PodInitializing')];

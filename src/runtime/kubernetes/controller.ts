@@ -9,10 +9,10 @@
 import { PassThrough } from 'node:stream';
 import type { KubeConfig, V1Job, V1Pod } from '@kubernetes/client-node';
 import { systemClock, type Clock } from '../../clock.ts';
-import { ReconnectingInformer, followLog, isApiUnavailable, type KubeApi, type LogFollowHandle } from '../../kube/index.ts';
+import { ReconnectingInformer, followLog, isApiUnavailable, upgradeRefused, type KubeApi, type LogFollowHandle } from '../../kube/index.ts';
 import { silentLogger, type Logger } from '../../logger.ts';
 import type { RawRun, RunObservation } from '../runtime.ts';
-import { decide, type Action, type RunState } from './decide.ts';
+import { decide, EARLY_COLLECT_INTERVAL_MS, type Action, type RunState } from './decide.ts';
 import { COLLECT_COMMAND, CONTAINERS, LABELS, RELEASE_COMMAND, instanceSelector } from './names.ts';
 import { parseOutputTar, type OutputLimits } from './output-tar.ts';
 import { KeyedWorkQueue } from './work-queue.ts';
@@ -332,7 +332,7 @@ export class RunController {
         run.state.depsLog = await this.opts.api.podLogTail(ns, action.pod, CONTAINERS.deps);
         return true;
       case 'collect':
-        await this.collect(run, action.pod);
+        await this.collect(run, action.pod, action.early ?? false);
         return true;
       case 'release':
         if (run.state.warm) {
@@ -358,7 +358,11 @@ export class RunController {
     }
   }
 
-  private async collect(run: TrackedRun, pod: string): Promise<void> {
+  /**
+   * Pulls `/output` from the collector. `early`: tried before the pod's status shows the collector
+   * running; a refused exec (not started yet) is no failure, only a later try (decide.ts).
+   */
+  private async collect(run: TrackedRun, pod: string, early = false): Promise<void> {
     const ns = this.opts.namespace;
     try {
       const output = await (async () => {
@@ -388,7 +392,12 @@ export class RunController {
         return parsed.value;
       })();
       run.state.collection = { ok: true, output };
+      if (early && run.state.warm) run.state.warm.collectedEarly = true;
     } catch (err) {
+      if (early && run.state.warm && upgradeRefused(err)) {
+        run.state.warm.earlyCollectAt = this.clock.now() + EARLY_COLLECT_INTERVAL_MS;
+        return;
+      }
       if (isApiUnavailable(err)) {
         // A hung or overloaded API server: the outputs are still in the pod; wait for it.
         run.collectUnavailable = (run.collectUnavailable ?? 0) + 1;

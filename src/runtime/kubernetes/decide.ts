@@ -47,19 +47,30 @@ export interface RunState {
    * through attach) and has ended when the runner's `done N` line came back; the run's timeout and
    * its execution time count from delivery.
    */
-  warm?: { deliveredAt: number | null; done: { exitCode: number; at: number } | null };
+  warm?: {
+    deliveredAt: number | null;
+    done: { exitCode: number; at: number } | null;
+    /** When the next early collect may be tried (one was refused: the collector had not started). */
+    earlyCollectAt?: number;
+    /** The outputs were pulled by an early collect, before the pod's status showed the collector. */
+    collectedEarly?: boolean;
+  };
 }
 
 /** What the controller should do, in order. */
 export type Action =
   | { type: 'enterExecution'; mainStartedAt: number | null }
-  | { type: 'collect'; pod: string }
+  | { type: 'collect'; pod: string; early?: boolean }
   | { type: 'release'; pod: string }
   | { type: 'fetchDepsLog'; pod: string }
   | { type: 'deleteJob' }
   | { type: 'notePodGone'; at: number }
   | { type: 'wakeAt'; at: number }
   | { type: 'finish'; observation: RunObservation };
+
+/** How often, and for how long after `done`, the collector's exec is tried before its status shows it running, ms. */
+export const EARLY_COLLECT_INTERVAL_MS = 40;
+export const EARLY_COLLECT_WINDOW_MS = 2000;
 
 /** Waiting reasons that mean the image can never be pulled or used: fail at once (`docker_error`). */
 export const IMAGE_ERRORS = new Set(['ErrImagePull', 'ImagePullBackOff', 'InvalidImageName', 'ErrImageNeverPull']);
@@ -159,7 +170,7 @@ export function decide(run: RunState, job: V1Job | undefined, pod: V1Pod | undef
 
   // Outputs pulled: let the collector go, then report.
   if (run.collection) {
-    if (!run.released && pod && collector?.state?.running && !pod.metadata?.deletionTimestamp) return [{ type: 'release', pod: podName }];
+    if (!run.released && pod && (collector?.state?.running || warm?.collectedEarly) && !pod.metadata?.deletionTimestamp) return [{ type: 'release', pod: podName }];
     if (run.collection.ok) return [finish()];
     return [finish(mainOomKilled(pod) ? {} : { infraError: { type: 'internal_error', message: `outputs could not be collected: ${run.collection.error}` } })];
   }
@@ -241,6 +252,13 @@ export function decide(run: RunState, job: V1Job | undefined, pod: V1Pod | undef
     if (collector?.state?.running) return [...enter, { type: 'collect', pod: podName }];
     if (collector?.state?.terminated || pod?.status?.phase === 'Failed' || pod?.status?.phase === 'Succeeded') {
       return [...enter, finish(mainOomKilled(pod) ? {} : { infraError: { type: 'internal_error', message: 'outputs lost: the collector container is gone' } })];
+    }
+    // The runner said `done`, so the pod's containers were started; its collector, started right
+    // after `main`, is most likely up, but the kubelet reports that only at its next status sync (up
+    // to a second later). Its exec is tried meanwhile (a refused upgrade opens no stream), for a while.
+    if (warm?.done && pod?.spec?.nodeName && !pod.metadata?.deletionTimestamp && now < warm.done.at + EARLY_COLLECT_WINDOW_MS) {
+      const at = warm.earlyCollectAt ?? now;
+      return at <= now ? [...enter, { type: 'collect', pod: podName, early: true }] : [...enter, { type: 'wakeAt', at }];
     }
     // The collector has not started yet (slow image pull): wait for it; the Job deadline bounds this.
     return enter;

@@ -15,7 +15,7 @@ import { isIP } from 'node:net';
 import type { KubeConfig, V1Job, V1Secret } from '@kubernetes/client-node';
 import { systemClock, type Clock } from '../../clock.ts';
 import type { Config } from '../../config.ts';
-import { ExecError, KubeApi, defaultKubeConfig } from '../../kube/index.ts';
+import { KubeApi, defaultKubeConfig, upgradeRefused } from '../../kube/index.ts';
 import { silentLogger, type Logger } from '../../logger.ts';
 import { RUNNER_PATH } from '../../sandbox/paths.ts';
 import { baseObservation, emptyRun } from '../run-output.ts';
@@ -38,11 +38,6 @@ const EARLY_ATTACH_INTERVAL_MS = 40;
 /** How long a resolved egress proxy address is used before it is looked up again, ms. */
 const PROXY_ADDRESS_TTL_MS = 30_000;
 
-/** Whether an attach failed at the upgrade (an HTTP refusal, somewhere in its causes): no stream was opened. */
-function attachRefused(err: unknown): boolean {
-  for (let e: unknown = err; e instanceof Error; e = e.cause) if (e instanceof ExecError && e.httpStatus !== undefined) return true;
-  return false;
-}
 
 /** Constructor options of {@link createKubernetesRuntime}. */
 export interface KubernetesRuntimeOptions {
@@ -458,7 +453,7 @@ class KubernetesRuntime implements Runtime {
             return;
           } catch (err) {
             // Not running yet (the upgrade was refused, no stream opened): try again shortly.
-            if (!running && attachRefused(err) && !settled()) continue;
+            if (!running && upgradeRefused(err) && !settled()) continue;
             // The program never reached the pod: the attempt fails (the service retries it) and its Job goes.
             this.log.warn({ execution_id: spec.executionId, err: String(err) }, 'could not hand the program to the run pod');
             this.controller.untrack(key);

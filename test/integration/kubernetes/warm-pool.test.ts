@@ -213,10 +213,15 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     const rt = await start({ warm_pool_size: 0, cold_start: 'attach' });
     // The status of a started main trails by 3 s here; the runtime itself knows at once.
     fake.statusLagMs = 3000;
+    const t0 = performance.now();
     const raw = await rt.run(spec({ code: 'print("early")' }));
+    const wall = performance.now() - t0;
     expect(raw.stdout).toBe('early\n');
     expect(raw.observation.infraError).toBeNull();
     // Startup lasts until the hand-over: long before the status said running (3 s without this).
     expect(raw.observation.startupMs).toBeLessThan(1500);
+    // And the outputs were pulled from the collector, started with main, before its status said so
+    // too: the run is answered long before the 3 s.
+    expect(wall).toBeLessThan(1500);
   });
 });

@@ -251,8 +251,12 @@ export class FakeKube {
   statusLagMs = 0;
   /** Attaches refused because the container was not running (yet). */
   attachRefusals = 0;
+  /** Exec upgrades refused because the container had not started. */
+  execRefusals = 0;
   /** Warm pods' runner processes by pod name (runWarmPods). */
   private readonly procs = new Map<string, { child: import('node:child_process').ChildProcess; sinks: Set<(b: Buffer) => void>; attached: boolean }>();
+  /** Pods whose containers were started (main's process spawned, the collector with it), reported or not. */
+  private readonly startedPods = new Set<string>();
   /** Epoch ms at which the test marked a pod's main container terminated, by pod name. */
   readonly mainTerminatedAt = new Map<string, number>();
   url = '';
@@ -1183,7 +1187,13 @@ export class FakeKube {
     const container = url.searchParams.get('container') ?? pod.spec.containers[0].name;
     const cs = (pod.status.containerStatuses ?? []).find((c: { name: string }) => c.name === container);
     if (!cs) return refuse(400, status(400, 'BadRequest', `container ${container} is not valid for pod ${podName}`));
-    if (!cs.state?.running) return refuse(400, status(400, 'BadRequest', `container ${container} is not running`));
+    // Like the kubelet, which asks the container runtime: a started container counts, whatever the
+    // status says yet (statusLagMs), until it is reported ended.
+    const started = this.startedPods.has(podName) && !cs.state?.terminated;
+    if (!cs.state?.running && !started) {
+      this.execRefusals++;
+      return refuse(400, status(400, 'BadRequest', `container ${container} is not running`));
+    }
     const command = url.searchParams.getAll('command');
     this.wss.handleUpgrade(req, socket, head, (ws) => {
       const call: ExecCall = { namespace: ns, pod: podName, container, command, protocol: ws.protocol };
@@ -1275,6 +1285,7 @@ export class FakeKube {
     const child = spawn('python3', clean, { env: { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: dirs['/tmp']!, TMPDIR: dirs['/tmp']!, LANG: 'C.UTF-8' }, stdio: ['pipe', 'pipe', 'ignore'] });
     const entry = { child, sinks: new Set<(b: Buffer) => void>(), attached: false };
     this.procs.set(podName, entry);
+    this.startedPods.add(podName);
     child.stdout!.on('data', (b: Buffer) => {
       for (const s of entry.sinks) s(b);
     });

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { V1Job, V1Pod } from '@kubernetes/client-node';
-import { decide, IMAGE_ERRORS, newRunState, START_ERRORS, toMs, type Action, type RunState } from '../../../../src/runtime/kubernetes/decide.ts';
+import { decide, EARLY_COLLECT_WINDOW_MS, IMAGE_ERRORS, newRunState, START_ERRORS, toMs, type Action, type RunState } from '../../../../src/runtime/kubernetes/decide.ts';
 import { emptyOutput, type CollectedOutput } from '../../../../src/runtime/kubernetes/output-tar.ts';
 import { makeJob, makePod } from '../../../support/kube-builders.ts';
 
@@ -601,6 +601,56 @@ const rows: Row[] = [
     pod: makePod().mainTerminated(123, 'Error', T0 + S, T0 + 3 * S).obj(),
     now: T0 + 4 * S,
     expect: (a) => expect(a).toEqual([{ type: 'collect', pod: 'sp-run-abcde' }]),
+  },
+  // The kubelet reports started containers at its next status sync: after `done`, the collector's
+  // exec is tried before its status shows it (a refused upgrade opens no stream).
+  {
+    name: 'warm: done, the collector not reported running yet on a bound pod → an early collect',
+    run: run({ phaseReported: 'execution', warm: { deliveredAt: T0 + 2 * S, done: { exitCode: 0, at: T0 + 3 * S } } }),
+    job,
+    pod: makePod().bound().obj(),
+    now: T0 + 3 * S,
+    expect: (a) => expect(a).toEqual([{ type: 'collect', pod: 'sp-run-abcde', early: true }]),
+  },
+  {
+    name: 'warm: an early collect was refused → the next try at its time',
+    run: run({ phaseReported: 'execution', warm: { deliveredAt: T0 + 2 * S, done: { exitCode: 0, at: T0 + 3 * S }, earlyCollectAt: T0 + 3 * S + 40 } }),
+    job,
+    pod: makePod().bound().obj(),
+    now: T0 + 3 * S + 10,
+    expect: (a) => expect(a).toEqual([{ type: 'wakeAt', at: T0 + 3 * S + 40 }]),
+  },
+  {
+    name: `warm: past the early window (${EARLY_COLLECT_WINDOW_MS} ms after done) → the collector's status is waited for`,
+    run: run({ phaseReported: 'execution', warm: { deliveredAt: T0 + 2 * S, done: { exitCode: 0, at: T0 + 3 * S }, earlyCollectAt: T0 + 5 * S } }),
+    job,
+    pod: makePod().bound().obj(),
+    now: T0 + 3 * S + EARLY_COLLECT_WINDOW_MS,
+    expect: (a) => expect(a).toEqual([]),
+  },
+  {
+    name: 'warm: done but the pod is not bound to a node → no early collect',
+    run: run({ phaseReported: 'execution', warm: { deliveredAt: T0 + 2 * S, done: { exitCode: 0, at: T0 + 3 * S } } }),
+    job,
+    pod: makePod().obj(),
+    now: T0 + 3 * S,
+    expect: (a) => expect(a).toEqual([]),
+  },
+  {
+    name: 'cold (not warm) run: no early collect, whatever the pod',
+    run: run({ phaseReported: 'execution' }),
+    job,
+    pod: makePod().bound().obj(),
+    now: T0 + 3 * S,
+    expect: (a) => expect(a).toEqual([]),
+  },
+  {
+    name: 'warm: outputs pulled early, the collector still not reported → it is released, then the run finishes',
+    run: run({ phaseReported: 'execution', collection: { ok: true, output }, warm: { deliveredAt: T0 + 2 * S, done: { exitCode: 0, at: T0 + 3 * S }, collectedEarly: true } }),
+    job,
+    pod: makePod().bound().obj(),
+    now: T0 + 3 * S + 50,
+    expect: (a) => expect(a).toEqual([{ type: 'release', pod: 'sp-run-abcde' }]),
   },
   {
     name: 'cold run (not warm) whose main exits 123 → collected: only a warm runner means "not delivered" by it',
