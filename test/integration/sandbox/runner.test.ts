@@ -34,6 +34,30 @@ function cpython(main: string, dir: string) {
   return spawnSync(PY, [main], { env: CLEAN, encoding: 'utf8', cwd: dir });
 }
 
+/**
+ * A runner held as a local pool sandbox is (`--wait --prompt-exit` and `extra`), given `code`, an
+ * empty go line, and waited for until its `done` line; it is not ended (it stays after done).
+ */
+async function heldRunner(prefix: string, code: string, extra: string[]) {
+  mkdirSync('/tmp/sandpod-test', { recursive: true });
+  const dir = mkdtempSync(path.join('/tmp/sandpod-test', prefix));
+  mkdirSync(path.join(dir, 'out'));
+  const main = path.join(dir, 'main.py');
+  writeFileSync(main, code);
+  const child = spawn(PY, [RUNNER_PATH, '--code', main, '--output', path.join(dir, 'out'), '--cwd', dir, '--phase-fd', '1', '--wait', '--prompt-exit', ...extra], { env: CLEAN, stdio: ['pipe', 'pipe', 'pipe'] });
+  let out = Buffer.alloc(0);
+  child.stdout.on('data', (b: Buffer) => (out = Buffer.concat([out, b])));
+  const exited = new Promise<[number | null, string | null]>((r) => child.on('close', (c, sig) => r([c, sig])));
+  const text = () => out.toString('utf8');
+  const until = async (pred: () => boolean) => {
+    for (let i = 0; i < 400 && !pred(); i++) await new Promise((r) => setTimeout(r, 25));
+  };
+  await until(() => text().includes('ready\n'));
+  child.stdin.end('{}\n');
+  await until(() => /(^|\n)done \d+.*\n$/.test(text()));
+  return { dir, child, exited, text };
+}
+
 describe('runner.py', () => {
   it('exits with the program exit code and writes phase, streams and report', () => {
     const r = runRunner('import sys\nprint("out")\nprint("err", file=sys.stderr)\nsys.exit(7)\n', ['--phase-fd', '1']);
@@ -316,62 +340,34 @@ print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0), try_open(os.getpid()), try_open(os
   });
 
   it('--wait --prompt-exit: the program and its group are stopped, not killed, and the runner stays after done until it is killed', async () => {
-    mkdirSync('/tmp/sandpod-test', { recursive: true });
-    const dir = mkdtempSync(path.join('/tmp/sandpod-test', 'runner-held-'));
-    mkdirSync(path.join(dir, 'out'));
-    const main = path.join(dir, 'main.py');
     // A background process of the same group keeps stdout open: the run still ends at the
     // program's exit, with everything it printed.
-    writeFileSync(main, 'import os, subprocess\nopen("pids", "w").write("%d %d" % (os.getpid(), subprocess.Popen(["sleep", "30"]).pid))\nprint("bye")\n');
-    const child = spawn(PY, [RUNNER_PATH, '--code', main, '--output', path.join(dir, 'out'), '--cwd', dir, '--phase-fd', '1', '--wait', '--prompt-exit'], { env: CLEAN, stdio: ['pipe', 'pipe', 'pipe'] });
-    let out = '';
-    child.stdout.on('data', (b: Buffer) => (out += b.toString()));
-    const exited = new Promise<[number | null, string | null]>((r) => child.on('close', (code, sig) => r([code, sig])));
-    const until = async (pred: () => boolean) => {
-      for (let i = 0; i < 400 && !pred(); i++) await new Promise((r) => setTimeout(r, 25));
-    };
-    await until(() => out.includes('ready\n'));
-    child.stdin.end('{}\n');
-    await until(() => out.includes('done'));
-    expect(out).toBe('ready\nexecution\ndone 0\n');
-    expect(readFileSync(path.join(dir, 'out', '.svc_stdout'), 'utf8')).toBe('bye\n');
+    const r = await heldRunner('runner-held-', 'import os, subprocess\nopen("pids", "w").write("%d %d" % (os.getpid(), subprocess.Popen(["sleep", "30"]).pid))\nprint("bye")\n', []);
+    expect(r.text()).toBe('ready\nexecution\ndone 0\n');
+    expect(readFileSync(path.join(r.dir, 'out', '.svc_stdout'), 'utf8')).toBe('bye\n');
     const state = (pid: number) => readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.slice(0, 1);
-    const [program, sleeper] = readFileSync(path.join(dir, 'pids'), 'utf8').split(' ').map(Number) as [number, number];
+    const [program, sleeper] = readFileSync(path.join(r.dir, 'pids'), 'utf8').split(' ').map(Number) as [number, number];
     expect([state(program), state(sleeper)]).toEqual(['T', 'T']);
     // Still there a while later: the host removes the sandbox.
-    await new Promise((r) => setTimeout(r, 300));
-    expect(child.exitCode).toBeNull();
-    child.kill('SIGKILL');
+    await new Promise((res) => setTimeout(res, 300));
+    expect(r.child.exitCode).toBeNull();
+    r.child.kill('SIGKILL');
     for (const pid of [program, sleeper]) process.kill(pid, 'SIGKILL');
-    expect(await exited).toEqual([null, 'SIGKILL']);
+    expect(await r.exited).toEqual([null, 'SIGKILL']);
   });
 
   it('--wait --prompt-exit --stream-frames: the report rides on the done line and the streams on the frames; no control file is written', async () => {
-    mkdirSync('/tmp/sandpod-test', { recursive: true });
-    const dir = mkdtempSync(path.join('/tmp/sandpod-test', 'runner-inline-'));
-    mkdirSync(path.join(dir, 'out'));
-    const main = path.join(dir, 'main.py');
-    writeFileSync(main, 'import sys\nprint("out")\nprint("érr", file=sys.stderr)\nraise KeyError("k")\n');
-    const child = spawn(PY, [RUNNER_PATH, '--code', main, '--output', path.join(dir, 'out'), '--cwd', dir, '--phase-fd', '1', '--wait', '--warm-up', '--prompt-exit', '--stream-frames'], { env: CLEAN, stdio: ['pipe', 'pipe', 'pipe'] });
-    let out = Buffer.alloc(0);
-    child.stdout.on('data', (b: Buffer) => (out = Buffer.concat([out, b])));
-    const exited = new Promise<void>((r) => child.on('close', () => r()));
-    const until = async (pred: () => boolean) => {
-      for (let i = 0; i < 400 && !pred(); i++) await new Promise((r) => setTimeout(r, 25));
-    };
-    await until(() => out.includes('ready\n'));
-    child.stdin.end('{}\n');
-    await until(() => /done \d+ .*\n$/.test(out.toString('utf8')));
-    child.kill('SIGKILL');
-    await exited;
-    const text = out.toString('utf8');
+    const r = await heldRunner('runner-inline-', 'import sys\nprint("out")\nprint("érr", file=sys.stderr)\nraise KeyError("k")\n', ['--warm-up', '--stream-frames']);
+    r.child.kill('SIGKILL');
+    await r.exited;
+    const text = r.text();
     const done = /\ndone (\d+) (\{.*\})\n$/.exec(text)!;
     expect(done[1]).toBe('1');
     expect(JSON.parse(done[2]!)).toMatchObject({ phase: 'failed', exit_code: 1, exception: 'KeyError', exception_message: "'k'", max_rss_kb: null, stdout_truncated: false });
     // The frames: stdout, then stderr (its traceback too).
     expect(text).toContain('o 4\nout\n');
     expect(text).toMatch(/e \d+\nérr\n/);
-    expect(readdirSync(path.join(dir, 'out')).sort()).toEqual(['.svc_phase']);
+    expect(readdirSync(path.join(r.dir, 'out')).sort()).toEqual(['.svc_phase']);
   });
 
   it('fails with 125 on a bad argument', () => {
