@@ -10,7 +10,8 @@ import type { JobTypeRegistry } from '../jobtypes/job-type.ts';
 import { QUEUED_CHANNEL, type QueuedNotifier } from '../queue/channels.ts';
 import { Batcher } from '../store/batcher.ts';
 import type { Db, ExecutionRow, NewExecutionRow } from '../store/database.ts';
-import { activeCountUpTo, getExecution, insertExecutions, insertIdempotent, queueCounts } from '../store/executions.repository.ts';
+import { underAdmission, type QueueDepth } from '../queue/admission.ts';
+import { getExecution, insertExecutions, insertIdempotent, type Q } from '../store/executions.repository.ts';
 import { buildRow, type RequestMeta, type Submission } from './requests.ts';
 import { isTerminal } from './status.ts';
 
@@ -23,9 +24,6 @@ export interface Lineage {
   relationship: 'rerun' | 'fork';
 }
 
-/** How long a queue depth count is reused while far from `max_queue_size`. */
-const DEPTH_TTL_MS = 200;
-
 /** Options of {@link Submissions}. */
 export interface SubmissionsOptions {
   db: Db;
@@ -37,40 +35,56 @@ export interface SubmissionsOptions {
 
 /** Puts work in the queue. */
 export class Submissions {
-  private depth = { value: 0, at: Number.NEGATIVE_INFINITY };
-  /** Concurrent submissions without a key share one INSERT, which also wakes the dispatchers. */
-  private readonly inserts: Batcher<NewExecutionRow, undefined>;
+  /**
+   * Concurrent submissions without a key share one admission (one transaction: lock, count, INSERT
+   * of those that fit, which also wakes the dispatchers); each learns whether it was admitted.
+   */
+  private readonly inserts: Batcher<NewExecutionRow, QueueDepth | null>;
 
   constructor(private readonly o: SubmissionsOptions) {
-    this.inserts = new Batcher(async (rows) => {
-      await insertExecutions(o.db.kysely, rows, QUEUED_CHANNEL);
-      return rows.map(() => undefined);
-    });
+    this.inserts = new Batcher((rows) =>
+      underAdmission(o.db.kysely, o.config.max_queue_size, async (tx, room, depth) => {
+        await insertExecutions(tx, rows.slice(0, room), QUEUED_CHANNEL);
+        const full = rows.length > room ? await depth() : null;
+        return rows.map((_, i) => (i < room ? null : full));
+      }),
+    );
   }
 
   /**
-   * Queues a submission (SPEC §4.2). With an idempotency key: the same payload returns the existing
-   * job (`created: false`); a different payload is a 409 naming it — also when two first submissions
-   * race and this one lost the insert.
+   * Queues a submission (SPEC §4.2), or refuses it with `queue_full` (503) when `max_queue_size`
+   * jobs are queued or running (all processes; exact under concurrency). With an idempotency key: the
+   * same payload returns the existing job (`created: false`), even when the queue is full; a different
+   * payload is a 409 naming it — also when two first submissions race and this one lost the insert.
+   * A key whose job failed by an infrastructure fault before its code started
+   * (`failed_before_start`) names a new job instead: the old record keeps the key as
+   * `retired_idempotency_key`, and the answer is the new job (`created: true`).
    */
   async submit(s: Submission, meta: RequestMeta, lineage?: Lineage): Promise<{ row: SubmittedJob; created: boolean }> {
     const { config, registry, db } = this.o;
     const row = buildRow(config, registry, s, { mode: 'async', status: 'queued', meta, now: new Date(this.o.clock.now()), ...lineage });
-    // A replay of a known key returns its job even when the queue is full, so look before admission;
-    // the insert below still settles a race between concurrent first submissions.
-    if (row.idempotency_key) {
-      const existing = await db.kysely.selectFrom('executions').selectAll().where('idempotency_key', '=', row.idempotency_key).executeTakeFirst();
-      if (existing) return sameKey(existing, row.payload_hash ?? null);
-    }
-    await this.ensureQueueRoom();
     if (!row.idempotency_key) {
-      await this.inserts.add(row);
+      const full = await this.inserts.add(row);
+      if (full) throw queueFull(full, config.max_queue_size);
       const { id, status, job_type, created_at, parent_execution_id = null, relationship = null } = row;
       return { row: { id, status, job_type, created_at: created_at as Date, idempotency_key: null, parent_execution_id, relationship }, created: true };
     }
-    const res = await insertIdempotent(db.kysely, row);
-    if (!res.created) return sameKey(res.row, row.payload_hash ?? null);
-    this.o.notifier.notify();
+    const key = row.idempotency_key;
+    const hash = row.payload_hash ?? null;
+    const res = await underAdmission(db.kysely, config.max_queue_size, async (tx, room, depth) => {
+      // A replay of a known key returns its job even when the queue is full: look before admission.
+      const existing = await byKey(tx, key);
+      if (existing) {
+        const same = sameKey(existing, hash);
+        if (!existing.failed_before_start) return same;
+      }
+      if (room < 1) throw queueFull(await depth(), config.max_queue_size);
+      if (existing) await retireKey(tx, existing.id);
+      // The insert still settles a race with a first submission of the key not yet committed.
+      const r = await insertIdempotent(tx, row);
+      return r.created ? r : sameKey(r.row, hash);
+    });
+    if (res.created) this.o.notifier.notify();
     return res;
   }
 
@@ -86,28 +100,6 @@ export class Submissions {
     return (await this.submit({ ...submissionOf(parent), code }, meta, { parentId: parent.id, relationship: 'fork' })).row;
   }
 
-  /**
-   * Admission against `max_queue_size` (queued + running, all processes). The depth is re-counted at
-   * most every {@link DEPTH_TTL_MS} while far from the bound and on every submission near it, so the
-   * check costs nothing on the hot path yet is exact where it matters; concurrent submitters in
-   * several processes can overshoot the bound by at most their in-flight submissions.
-   */
-  private async ensureQueueRoom(): Promise<void> {
-    const max = this.o.config.max_queue_size;
-    const now = this.o.clock.now();
-    const near = this.depth.value >= max - Math.max(10, Math.ceil(max * 0.1));
-    if (near || now - this.depth.at > DEPTH_TTL_MS || now < this.depth.at) this.depth = { value: await activeCountUpTo(this.o.db.kysely, max), at: now };
-    if (this.depth.value >= max) {
-      const { queued, running } = await queueCounts(this.o.db.kysely);
-      throw new AppError('queue_full', `queue is full: ${queued} queued and ${running} running jobs (max_queue_size ${max}); retry later`, {
-        queued,
-        running,
-        max_queue_size: max,
-      });
-    }
-    this.depth.value += 1;
-  }
-
   private async mustGetFinished(id: string, what: string): Promise<ExecutionRow> {
     const row = await getExecution(this.o.db.kysely, id);
     if (!row) throw new AppError('not_found', `job '${id}' not found`);
@@ -116,6 +108,30 @@ export class Submissions {
     }
     return row;
   }
+}
+
+/** The job that holds idempotency key `key`, if any. */
+function byKey(q: Q, key: string): Promise<ExecutionRow | undefined> {
+  return q.selectFrom('executions').selectAll().where('idempotency_key', '=', key).executeTakeFirst();
+}
+
+/** Moves the key of a job that failed before its code started aside, so that a new job can take it. */
+async function retireKey(q: Q, id: string): Promise<void> {
+  await q
+    .updateTable('executions')
+    .set((eb) => ({ retired_idempotency_key: eb.ref('idempotency_key'), idempotency_key: null }))
+    .where('id', '=', id)
+    .where('failed_before_start', '=', true)
+    .execute();
+}
+
+/** The 503 of a full queue, naming its depth. */
+function queueFull({ queued, running }: QueueDepth, max: number): AppError {
+  return new AppError('queue_full', `queue is full: ${queued} queued and ${running} running jobs (max_queue_size ${max}); retry later`, {
+    queued,
+    running,
+    max_queue_size: max,
+  });
 }
 
 /** The existing job of a key, or the 409 of SPEC §4.2 rule 3 when the payload differs. */

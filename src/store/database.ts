@@ -58,6 +58,14 @@ export interface ExecutionsTable {
   heartbeat_at: Timestamp | null;
   cancel_requested: Generated<boolean>;
   attempts: Generated<number>;
+  /** A queued job given back after an infrastructure fault is not claimed before this time. */
+  run_after: Timestamp | null;
+  /** Infrastructure failures of this job before its code started (each one gave it back to the queue). */
+  infra_failures: Generated<number>;
+  /** Ended `failed` by an infrastructure error before its code started: its idempotency key may be reused. */
+  failed_before_start: Generated<boolean>;
+  /** The key of a job whose key was taken over by a resubmission (see `failed_before_start`). */
+  retired_idempotency_key: string | null;
   client_ip: string | null;
   correlation_id: string | null;
 }

@@ -219,54 +219,34 @@ describe('admission against max_queue_size', () => {
     expect(await count()).toBe(6);
   });
 
-  it('near the bound (within 10, for a small bound) every submission counts again', async () => {
-    // Bound 50: from 40 active jobs on, the cached count is not trusted.
-    const { s } = submissions({ max_queue_size: 50 });
-    await queueElsewhere(39);
-    await s.submit(job(), META); // counts 39 → 40 with this one
-    await queueElsewhere(10); // 50 now, the cache says 40
-    expect((await rejection(s.submit(job(), META))).code).toBe('queue_full');
-  });
-
-  it('near the bound (within 10 %, for a large bound) every submission counts again', async () => {
-    // Bound 200: from 180 on.
-    const { s } = submissions({ max_queue_size: 200 });
-    await queueElsewhere(179);
-    await s.submit(job(), META); // 180
-    await queueElsewhere(20); // 200 now
-    expect((await rejection(s.submit(job(), META))).code).toBe('queue_full');
-  });
-
-  it('far from the bound, a count is reused for 200 ms of the clock and then taken again', async () => {
-    const { s, clock } = submissions({ max_queue_size: 200 });
-    await queueElsewhere(150);
-    await s.submit(job(), META); // counted: 151
-    await queueElsewhere(49); // 200 now; the cache says 151
-    clock.t += 200;
-    await s.submit(job(), META); // still the cached count (152): taken, one over the bound
-    clock.t += 1;
-    expect((await rejection(s.submit(job(), META))).code).toBe('queue_full');
-  });
-
-  it('counts again when the clock went back', async () => {
-    const { s, clock } = submissions({ max_queue_size: 200 });
-    clock.t = T0 + 10_000;
-    await s.submit(job(), META);
-    await queueElsewhere(199);
-    clock.t = T0;
-    expect((await rejection(s.submit(job(), META))).code).toBe('queue_full');
-  });
-
-  it('counts its own admissions between counts, so that it comes near the bound and counts again', async () => {
-    // Bound 200 (near from 180). Counted once at 150; 49 more elsewhere that the cache does not see.
-    // Ours raise the cached count: the 30th of ours brings it to 180, and the next one counts again.
+  it('every submission counts: jobs queued by other processes in between are seen at once', async () => {
     const { s } = submissions({ max_queue_size: 200 });
     await queueElsewhere(150);
-    await s.submit(job(), META);
-    await queueElsewhere(49);
-    for (let i = 1; i < 30; i++) await s.submit(job(`print(${i})`), META);
-    expect(await count()).toBe(229);
+    await s.submit(job(), META); // 151
+    await queueElsewhere(49); // 200 now
     expect((await rejection(s.submit(job(), META))).code).toBe('queue_full');
+    expect((await rejection(s.submit(job('print(1)', { idempotency_key: 'full-1' }), META))).code).toBe('queue_full');
+    expect(await count()).toBe(200);
+  });
+
+  it('concurrent submissions through two processes\' connections: exactly the bound is admitted', async () => {
+    // Two Submissions on two pools (two processes' worth on PostgreSQL; one handle on PGlite), with
+    // and without keys, all at once: the count and the insert must be one atomic step.
+    const a = submissions({ max_queue_size: 20 }).s;
+    const cfg = parseConfig({ workspace: database.workspace, log_level: 'silent', max_queue_size: 20 }, {});
+    const b = new Submissions({ db: other, registry: new FileJobTypeRegistry(cfg), config: cfg, clock: { now: () => T0 }, notifier: new QueuedNotifier(other) });
+    await queueElsewhere(3, 'running');
+    const out = await Promise.all(
+      Array.from({ length: 200 }, (_, i) =>
+        (i % 2 ? a : b).submit(job(`print(${i})`, i % 3 === 0 ? { idempotency_key: `c-${i}` } : {}), META).then(
+          () => 'ok',
+          (e: unknown) => (e instanceof AppError ? e.code : String(e)),
+        ),
+      ),
+    );
+    expect(out.filter((o) => o === 'ok')).toHaveLength(17);
+    expect(out.filter((o) => o !== 'ok')).toEqual(Array(183).fill('queue_full'));
+    expect(await count()).toBe(20);
   });
 });
 
