@@ -189,6 +189,18 @@ export const ConfigSchema = v.pipe(
         watch_job_types: v.optional(v.boolean(), true),
         /** At start, run a canary pod that checks threads, select() and subprocesses in the run sandbox. */
         preflight: v.optional(v.boolean(), true),
+        /**
+         * A second RuntimeClass for job types with network `none` (issue 23): its runsc handler runs with
+         * `--network=none`, so those pods have no network interface but loopback whatever the CNI does with
+         * NetworkPolicy. Used only when the run would get `runtime_class` (gVisor); null: one class for all.
+         */
+        runtime_class_network_none: v.optional(v.nullable(v.pipe(v.string(), v.minLength(1))), null),
+        /**
+         * The name of the service's own Service in `namespace` (the chart sets it). With `preflight`, a
+         * second canary, made as a `network: none` run pod, tries to connect to that Service's ClusterIP and
+         * port; when it can, `/health` is degraded: "network policy not enforced". Null: no such check.
+         */
+        network_check_service: v.optional(v.nullable(v.pipe(v.string(), v.minLength(1))), null),
         // What a run reserves when its job type names no request: this fraction of its limit.
         cpu_request_fraction: v.optional(v.pipe(v.number(), v.gtValue(0), v.maxValue(1)), 0.25),
         memory_request_fraction: v.optional(v.pipe(v.number(), v.gtValue(0), v.maxValue(1)), 0.5),

@@ -3,7 +3,7 @@
  * and a batch/v1 Job whose pod runs `deps` (init, optional), `main` (the runner) and `collector`.
  * Only fields that exist in Kubernetes 1.20 are used (no `suspend`, `podFailurePolicy`, ...).
  */
-import type { V1Job, V1Secret, V1Container, V1Volume, V1SecurityContext, V1PodSecurityContext } from '@kubernetes/client-node';
+import type { V1Job, V1Secret, V1Container, V1Volume, V1SecurityContext, V1PodSecurityContext, V1PodSpec } from '@kubernetes/client-node';
 import { parseMemory, type Config } from '../../config.ts';
 import { jobRef, type JobType } from '../../jobtypes/job-type.ts';
 import { egressProxyUrl } from '../../egress/token.ts';
@@ -110,6 +110,22 @@ export function jobDeadlineSeconds(spec: Pick<RunSpec, 'startupTimeoutSec' | 'ti
 }
 
 /**
+ * The RuntimeClass of a run pod: `kubernetes.runtime_class_network_none` for a `network: none` job type
+ * when the run gets the gVisor class at all (`base`, null in permissive mode without it), else `base`.
+ * That class's runsc handler runs with `--network=none`: no interface but loopback, however the CNI
+ * treats NetworkPolicy (issue 23; SECURITY.md "Network").
+ */
+export function runtimeClassForRun(network: JobType['network']['mode'], base: string | null, config: Pick<BuildJobConfig, 'kubernetes'>): string | null {
+  const none = config.kubernetes.runtime_class_network_none;
+  return network === 'none' && base !== null && none ? none : base;
+}
+
+/** Pod fields of a `network: none` pod: no resolver at all (127.0.0.1 has nothing listening, lookups fail at once). */
+export function noNetworkDns(): Pick<V1PodSpec, 'dnsPolicy' | 'dnsConfig'> {
+  return { dnsPolicy: 'None', dnsConfig: { nameservers: ['127.0.0.1'], searches: [], options: [{ name: 'ndots', value: '1' }] } };
+}
+
+/**
  * Builds the Secret and the Job of one run. Pure: same inputs, same objects (snapshot-tested and
  * validated against the Kubernetes OpenAPI schemas in `test/unit/runtime/kubernetes`).
  */
@@ -117,6 +133,7 @@ export function buildJob(spec: RunSpec, jobType: JobType, config: BuildJobConfig
   const k = config.kubernetes;
   const name = jobNameFor(spec.executionId);
   const network = jobType.network.mode;
+  const runtimeClassName = runtimeClassForRun(network, opts.runtimeClassName, config);
   const proxied = network === 'bridge' && jobType.network.allowedHosts.length > 0 && k.egress_proxy !== null && opts.egressProxy ? opts.egressProxy : null;
   const labels: Record<string, string> = {
     [LABELS.managedBy]: MANAGED_BY,
@@ -287,15 +304,12 @@ export function buildJob(spec: RunSpec, jobType: JobType, config: BuildJobConfig
         metadata: { labels: { ...labels }, annotations: { ...annotations } },
         spec: {
           restartPolicy: 'Never',
-          ...(opts.runtimeClassName ? { runtimeClassName: opts.runtimeClassName } : {}),
+          ...(runtimeClassName ? { runtimeClassName } : {}),
           automountServiceAccountToken: false,
           enableServiceLinks: false,
           terminationGracePeriodSeconds: 5,
           securityContext: podSecurity,
-          ...(network === 'none'
-            ? // No resolver at all: 127.0.0.1 has nothing listening, so every lookup fails at once.
-              { dnsPolicy: 'None', dnsConfig: { nameservers: ['127.0.0.1'], searches: [], options: [{ name: 'ndots', value: '1' }] } }
-            : { dnsPolicy: 'ClusterFirst' }),
+          ...(network === 'none' ? noNetworkDns() : { dnsPolicy: 'ClusterFirst' }),
           ...(initContainers.length > 0 ? { initContainers } : {}),
           containers: [main, collector],
           volumes,
