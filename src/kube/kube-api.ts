@@ -265,6 +265,14 @@ export class KubeApi {
     }
   }
 
+  /** A Service's ClusterIP and first port; null when it does not exist or has no ClusterIP (headless). */
+  async serviceAddress(namespace: string, name: string): Promise<{ host: string; port: number } | null> {
+    const svc = await this.call('read service', (o) => this.core.readNamespacedService({ namespace, name }, o), { status: 404, value: null });
+    const host = svc?.spec?.clusterIP;
+    const port = svc?.spec?.ports?.[0]?.port;
+    return host && host !== 'None' && port ? { host, port } : null;
+  }
+
   /** Whether a RuntimeClass exists. */
   runtimeClassExists(name: string): Promise<boolean> {
     return this.call(

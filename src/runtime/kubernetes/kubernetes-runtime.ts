@@ -32,6 +32,7 @@ import { ANNOTATIONS, CONTAINERS, LABELS, executionLabel, jobNameFor } from './n
 import { POOL_LABELS, coldAttachJob, poolable } from './pool-plan.ts';
 import { defaultOutputLimits } from './output-tar.ts';
 import { Preflight } from './preflight.ts';
+import { NetworkCheck } from './network-check.ts';
 
 /** How often a cold attach run tries to attach before the kubelet reports `main` running, ms. */
 const EARLY_ATTACH_INTERVAL_MS = 40;
@@ -61,6 +62,8 @@ export interface KubernetesRuntimeOptions {
     watchTimeoutSeconds?: number;
     /** How long the preflight canary may take before it is inconclusive, ms. */
     preflightTimeoutMs?: number;
+    /** How long the network canary retries a refused connection (the Service without an endpoint yet), s. */
+    networkCheckRefusedRetrySec?: number;
     /** Deadline of each API call, ms (default: `kubernetes.api_timeout_seconds`). */
     requestTimeoutMs?: number;
     /** How long health facts and the RuntimeClass lookup are cached, ms. */
@@ -98,6 +101,7 @@ class KubernetesRuntime implements Runtime {
   private healthCache: { value: RuntimeHealth; at: number } | null = null;
   private started = false;
   private preflight: Preflight | null = null;
+  private networkCheck: NetworkCheck | null = null;
   /** Job-type builds (builder.ts); present when `kubernetes.build_registry` is set. */
   readonly builder?: Builder;
   private pool: WarmPool | null = null;
@@ -202,10 +206,29 @@ class KubernetesRuntime implements Runtime {
     void this.preflight.run().then(() => {
       this.healthCache = null;
     });
+    const service = this.config.kubernetes.network_check_service;
+    if (!service) return;
+    this.networkCheck = new NetworkCheck({
+      createJob: (job) => this.api.createJob(job),
+      deleteJob: (ns, name) => this.api.deleteJob(ns, name),
+      findPod: (jobName) => this.controller.pods.list().find((p) => p.metadata?.labels?.['job-name'] === jobName),
+      serviceAddress: () => this.api.serviceAddress(this.config.kubernetes.namespace, service),
+      runtimeClassExists: (name) => this.api.runtimeClassExists(name),
+      clock: this.clock,
+      log: this.log,
+      config: this.config,
+      runtimeClassName,
+      ...(t.preflightTimeoutMs !== undefined ? { timeoutMs: t.preflightTimeoutMs } : {}),
+      ...(t.networkCheckRefusedRetrySec !== undefined ? { refusedRetrySec: t.networkCheckRefusedRetrySec } : {}),
+    });
+    void this.networkCheck.run().then(() => {
+      this.healthCache = null;
+    });
   }
 
   async stop(): Promise<void> {
     this.preflight?.stop();
+    this.networkCheck?.stop();
     this.pool?.stop();
     this.controller.stop();
     this.started = false;
@@ -226,6 +249,10 @@ class KubernetesRuntime implements Runtime {
     }
     const gvisor = (available ? await this.refreshRuntimeClass(true) : this.runtimeClass.exists) === true;
     const pf = this.preflight?.result;
+    const problems = [
+      ...(pf && (pf.status === 'failed' || pf.status === 'inconclusive') ? [`preflight ${pf.status}: ${pf.reason}`] : []),
+      ...(this.networkCheck ? [NetworkCheck.problem(this.networkCheck.result)].filter((p): p is string => p !== null) : []),
+    ];
     const value: RuntimeHealth = {
       available,
       gvisorAvailable: gvisor,
@@ -238,9 +265,10 @@ class KubernetesRuntime implements Runtime {
         informers_synced: this.controller.pods.synced && this.controller.jobs.synced,
         runs_in_flight: this.controller.inFlight,
         ...(this.preflight ? { preflight: this.preflight.result } : {}),
+        ...(this.networkCheck ? { network_check: this.networkCheck.result } : {}),
         ...(error ? { error } : {}),
       },
-      ...(pf && (pf.status === 'failed' || pf.status === 'inconclusive') ? { problems: [`preflight ${pf.status}: ${pf.reason}`] } : {}),
+      ...(problems.length > 0 ? { problems } : {}),
     };
     this.healthCache = { value, at: now };
     return value;

@@ -86,7 +86,7 @@ export type KObj = {
   [k: string]: unknown;
 };
 
-type Kind = 'pods' | 'secrets' | 'jobs' | 'runtimeclasses' | 'jobtypes' | 'namespaces';
+type Kind = 'pods' | 'secrets' | 'jobs' | 'runtimeclasses' | 'jobtypes' | 'namespaces' | 'services';
 
 interface WatchEvent {
   rv: number;
@@ -226,6 +226,7 @@ const KIND_META: Record<Kind, { apiVersion: string; kind: string }> = {
   runtimeclasses: { apiVersion: 'node.k8s.io/v1', kind: 'RuntimeClass' },
   jobtypes: { apiVersion: 'sandpod.io/v1alpha1', kind: 'JobType' },
   namespaces: { apiVersion: 'v1', kind: 'Namespace' },
+  services: { apiVersion: 'v1', kind: 'Service' },
 };
 
 /** See the module comment. */
@@ -513,6 +514,11 @@ export class FakeKube {
 
   addRuntimeClass(name: string, handler = 'runsc'): void {
     this.put('runtimeclasses', { metadata: { name }, handler });
+  }
+
+  /** Creates or replaces a ClusterIP Service (the network check reads the service's own). */
+  addService(namespace: string, name: string, clusterIP: string, port: number): KObj {
+    return this.put('services', { metadata: { name, namespace }, spec: { type: 'ClusterIP', clusterIP, ports: [{ name: 'http', port, protocol: 'TCP' }] } });
   }
 
   deleteRuntimeClass(name: string): void {
@@ -1451,7 +1457,7 @@ function podPhase(pod: KObj): string {
 }
 
 function route(path: string): { kind: Kind; ns?: string; name?: string; sub?: string } | null {
-  let m = /^\/api\/v1\/namespaces\/([^/]+)\/(pods|secrets)(?:\/([^/]+))?(?:\/(log|exec|attach))?$/.exec(path);
+  let m = /^\/api\/v1\/namespaces\/([^/]+)\/(pods|secrets|services)(?:\/([^/]+))?(?:\/(log|exec|attach))?$/.exec(path);
   if (m) return { kind: m[2] as Kind, ns: m[1]!, ...(m[3] ? { name: m[3] } : {}), ...(m[4] ? { sub: m[4] } : {}) };
   m = /^\/apis\/batch\/v1\/namespaces\/([^/]+)\/jobs(?:\/([^/]+))?$/.exec(path);
   if (m) return { kind: 'jobs', ns: m[1]!, ...(m[2] ? { name: m[2] } : {}) };
