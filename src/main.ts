@@ -1,7 +1,7 @@
 /**
  * Wiring only: config → database (migrated) → job types → runtime → lifecycle → API + dispatcher.
- * SIGTERM: stop taking work, let running jobs finish within `shutdown_grace_seconds`, return the rest
- * to the queue, exit.
+ * SIGTERM: stop taking work (the listener stays open and answers 503 while draining), let running jobs
+ * finish within `shutdown_grace_seconds`, return the rest to the queue, close the listener, exit.
  */
 import { randomUUID } from 'node:crypto';
 import { isIPv4 } from 'node:net';
@@ -9,6 +9,7 @@ import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { serve, type ServerType } from '@hono/node-server';
 import { createApp } from './api/app.ts';
+import { drainAndClose } from './drain.ts';
 import { TokenSet } from './api/middleware/auth.ts';
 import { ConfigError, loadConfig, type Config } from './config.ts';
 import { systemClock, type Clock } from './clock.ts';
@@ -63,8 +64,12 @@ export interface Service {
   logger: Logger;
   /** Starts the runtime, settles orphans, starts the dispatcher. */
   start(): Promise<void>;
-  /** Graceful stop: refuse new work, drain within the grace, requeue the rest, close everything. */
-  stop(graceMs?: number): Promise<void>;
+  /**
+   * Graceful stop: refuse new work, drain within the grace (async and sync runs alike), requeue the
+   * rest, close everything. `onDrained` runs once no run is in flight, before the database closes
+   * (where the HTTP listener stops accepting: see `drain.ts`).
+   */
+  stop(graceMs?: number, onDrained?: () => void): Promise<void>;
 }
 
 /** Wires the service from a configuration. */
@@ -156,14 +161,18 @@ export async function createService(config: Config, o: ServiceOverrides = {}): P
       if (adopted.length > 0) logger.warn({ count: adopted.length }, 'settling runs left by a previous process');
       if (config.dispatch) await dispatcher.start();
     },
-    async stop(graceMs = config.shutdown_grace_seconds * 1000) {
+    async stop(graceMs = config.shutdown_grace_seconds * 1000, onDrained?: () => void) {
       shuttingDown = true;
-      const finished = await dispatcher.stop(graceMs);
+      executions.beginDrain();
+      const deadline = clock.now() + graceMs;
+      const finished = (await dispatcher.stop(graceMs)) && (await executions.syncSettled(deadline - clock.now()));
       if (!finished) {
         logger.warn('grace period over; returning unfinished jobs to the queue');
         executions.abortAll();
         await dispatcher.drained();
+        await executions.syncSettled(5000);
       }
+      onDrained?.();
       await executions.stop();
       await waiter.stop();
       await events.stop();
@@ -227,10 +236,8 @@ async function main(): Promise<void> {
   const shutdown = async (signal: string) => {
     if (stopping) return;
     stopping = true;
-    logger.info({ signal }, 'shutting down: no new work; waiting for running jobs');
-    const closed = new Promise<void>((r) => server.close(() => r()));
-    await service.stop();
-    await Promise.race([closed, new Promise((r) => setTimeout(r, 2000))]);
+    logger.info({ signal }, 'shutting down: no new work (503 while draining); waiting for running jobs');
+    await drainAndClose(service, server);
     logger.info('bye');
     process.exit(0);
   };

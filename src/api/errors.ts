@@ -11,6 +11,12 @@ import { isDatabaseUnavailable } from '../executions/index.ts';
 import type { AppEnv } from './deps.ts';
 import { securityHeaders } from './middleware/request-context.ts';
 
+/**
+ * `Retry-After` (seconds) of the 503s a client should simply retry: a draining instance (another one,
+ * or this one once restarted, takes the work) and a full queue.
+ */
+const RETRY_AFTER_S = { shutting_down: 2, queue_full: 5 } as const;
+
 /** Builds the error response for `err`. */
 export function errorResponse(err: unknown, c: Context<AppEnv>): Response {
   const correlationId = c.get('correlationId') ?? 'unknown';
@@ -36,6 +42,8 @@ export function errorResponse(err: unknown, c: Context<AppEnv>): Response {
   }
   const res = c.json({ ...body, correlation_id: correlationId }, status as 400);
   for (const [k, v] of securityHeaders(correlationId)) res.headers.set(k, v);
+  const retryAfter = err instanceof AppError ? RETRY_AFTER_S[err.code as keyof typeof RETRY_AFTER_S] : undefined;
+  if (retryAfter !== undefined) res.headers.set('Retry-After', String(retryAfter));
   return res;
 }
 

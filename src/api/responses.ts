@@ -283,7 +283,7 @@ const breakerSnapshot = v.pipe(
 /** SPEC §2.10 health object plus the runtime, sandbox and database. */
 export const HealthSchema = v.pipe(
   v.strictObject({
-    status: v.picklist(['healthy', 'degraded']),
+    status: v.picklist(['healthy', 'degraded', 'draining']),
     reasons: v.pipe(v.array(v.string()), v.description('Why the status is degraded (empty when healthy): engine unavailable, circuit breaker open, database down, a failed preflight of the run sandbox')),
     docker_available: v.pipe(v.boolean(), v.description('The sandbox engine in use can start a sandbox now')),
     gvisor_available: v.boolean(),

@@ -775,7 +775,7 @@ export interface components {
                 warning?: string;
             };
             /** @enum {string} */
-            status: "healthy" | "degraded";
+            status: "healthy" | "degraded" | "draining";
             version: string;
         };
         IdempotencyConflict: {
@@ -1359,7 +1359,7 @@ export interface operations {
                     "application/json": components["schemas"]["Health"];
                 };
             };
-            /** @description Degraded */
+            /** @description Degraded, or draining (shutting down) */
             503: {
                 headers: {
                     [name: string]: unknown;

@@ -11,6 +11,7 @@ import { QueuedNotifier } from '../queue/channels.ts';
 import { Claims } from '../queue/claims.ts';
 import { Holders } from '../queue/holders.ts';
 import type { Slots } from '../queue/slots.ts';
+import { AppError } from '../errors.ts';
 import type { ExecutionRow } from '../store/database.ts';
 import { cancelJob, type SettleWaiter } from './cancel.ts';
 import { buildRow, type RequestMeta, type Submission } from './requests.ts';
@@ -42,6 +43,9 @@ export class Executions {
   private readonly claims: Claims;
   private readonly holders: Holders;
   private readonly running: Running;
+  private draining = false;
+  /** Sync runs in flight: a drain waits for them as for the dispatcher's runs. */
+  private readonly syncRuns = new Set<Promise<unknown>>();
 
   constructor(private readonly o: ExecutionsOptions) {
     const { db, logger } = o;
@@ -72,27 +76,62 @@ export class Executions {
     this.holders.abortAll('shutdown');
   }
 
+  /**
+   * Starts a drain (SIGTERM): from now on every new submission — sync, async, rerun, fork — is
+   * refused with `shutting_down` (503); work already accepted goes on.
+   */
+  beginDrain(): void {
+    this.draining = true;
+  }
+
+  /** Whether {@link beginDrain} was called. */
+  get isDraining(): boolean {
+    return this.draining;
+  }
+
+  /** Resolves true when every sync run in flight has ended, false when `ms` passes first. */
+  async syncSettled(ms: number): Promise<boolean> {
+    if (this.syncRuns.size === 0) return true;
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<false>((r) => (timer = setTimeout(() => r(false), Math.max(0, ms))));
+    const done = Promise.allSettled([...this.syncRuns]).then(() => true as const);
+    const ok = await Promise.race([done, timeout]);
+    clearTimeout(timer);
+    return ok;
+  }
+
+  private refuseWhileDraining(): void {
+    if (this.draining) throw new AppError('shutting_down', 'service is shutting down; retry on another instance');
+  }
+
   /** Runs a submission synchronously: takes a worker slot, records, runs, finalizes. */
   runSync(s: Submission, meta: RequestMeta, signal?: AbortSignal): Promise<ExecutionRow> {
+    this.refuseWhileDraining();
     const row = buildRow(this.o.config, this.o.registry, s, { mode: 'sync', status: 'running', meta, workerId: this.workerId, now: new Date(this.clock.now()) });
-    return this.running.runSync(row, this.o.slots, signal);
+    const p = this.running.runSync(row, this.o.slots, signal);
+    const tracked = p.catch(() => {}).finally(() => this.syncRuns.delete(tracked));
+    this.syncRuns.add(tracked);
+    return p;
   }
 
   /**
    * Queues a submission (SPEC §4.2). With an idempotency key: the same payload returns the existing
    * job; a different payload is a 409 naming it.
    */
-  submitAsync(s: Submission, meta: RequestMeta, lineage?: Lineage): Promise<{ row: SubmittedJob; created: boolean }> {
+  async submitAsync(s: Submission, meta: RequestMeta, lineage?: Lineage): Promise<{ row: SubmittedJob; created: boolean }> {
+    this.refuseWhileDraining();
     return this.submissions.submit(s, meta, lineage);
   }
 
   /** Re-runs a finished job with the same code, input, job type and settings (SPEC §4.6). */
-  rerun(id: string, meta: RequestMeta): Promise<SubmittedJob> {
+  async rerun(id: string, meta: RequestMeta): Promise<SubmittedJob> {
+    this.refuseWhileDraining();
     return this.submissions.rerun(id, meta);
   }
 
   /** Forks a finished job: new code, the original input, job type and settings (SPEC §4.7). */
-  fork(id: string, code: string, meta: RequestMeta): Promise<SubmittedJob> {
+  async fork(id: string, code: string, meta: RequestMeta): Promise<SubmittedJob> {
+    this.refuseWhileDraining();
     return this.submissions.fork(id, code, meta);
   }
 

@@ -3,8 +3,8 @@
  * `/livez` (the process answers; never depends on the engine or breaker) and `/readyz` (the database
  * answers and the service is not shutting down).
  * `/health` answers 200 when healthy and 503 when degraded (engine unavailable, a problem the runtime
- * reports such as a failed preflight, breaker open, database down), always with the full health object
- * and `reasons` saying why.
+ * reports such as a failed preflight, breaker open, database down) or draining (SIGTERM received),
+ * always with the full health object and `reasons` saying why.
  */
 import { Hono } from 'hono';
 import { describeRoute } from 'hono-openapi';
@@ -23,7 +23,7 @@ export function healthRoutes(deps: AppDeps) {
       tags: ['operations'],
       summary: 'Health',
       description: 'Degraded (with `reasons`) when the sandbox engine is unavailable or reports a problem (a failed preflight of run pods), the circuit breaker is open or the database does not answer.',
-      responses: { 200: jsonResponse('Healthy', HealthSchema), 503: jsonResponse('Degraded', HealthSchema) },
+      responses: { 200: jsonResponse('Healthy', HealthSchema), 503: jsonResponse('Degraded, or draining (shutting down)', HealthSchema) },
     }),
     async (c) => {
       const [rt, counts] = await Promise.all([deps.runtime.health().catch(() => null), deps.history.queueCounts().catch(() => null)]);
@@ -34,9 +34,11 @@ export function healthRoutes(deps: AppDeps) {
         ...(breaker.state === 'open' ? ['the circuit breaker is open'] : []),
         ...(counts === null ? ['the database does not answer'] : []),
       ];
+      const draining = deps.isShuttingDown?.() ?? false;
+      if (draining) reasons.unshift('the service is draining: it is shutting down and takes no new work');
       const degraded = reasons.length > 0;
       const body = {
-        status: degraded ? 'degraded' : 'healthy',
+        status: draining ? 'draining' : degraded ? 'degraded' : 'healthy',
         reasons,
         docker_available: rt?.available ?? false,
         gvisor_available: rt?.gvisorAvailable ?? false,
