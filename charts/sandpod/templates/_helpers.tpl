@@ -103,6 +103,8 @@ src/config.ts ConfigSchema (a test parses this with the service's own parseConfi
   "deadline_grace_seconds" (int .Values.runs.deadlineGraceSeconds)
   "watch_job_types" .Values.jobTypes.watch
   "preflight" .Values.runs.preflight
+  "runtime_class_network_none" (ternary .Values.runtimeClass.networkNone.name nil .Values.runtimeClass.networkNone.enabled)
+  "network_check_service" (ternary (include "sandpod.fullname" .) nil (and .Values.runs.preflight .Values.runs.networkCheck))
   "cpu_request_fraction" (float64 .Values.runs.requests.cpuFraction)
   "memory_request_fraction" (float64 .Values.runs.requests.memoryFraction)
   "warm_pool_size" (int .Values.runs.warmPool.size)

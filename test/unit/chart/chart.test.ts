@@ -341,6 +341,8 @@ describeRendered('RBAC', () => {
     expect(rules(role)).toEqual({
       'sandpod.io/jobtypes': ['get', 'list', 'watch'],
       'sandpod.io/jobtypes/status': ['get', 'patch', 'update'],
+      // The network check: only this release's own Service (resourceNames; test/unit/chart/isolation.test.ts).
+      'core/services': ['get'],
     });
   });
 

@@ -45,6 +45,8 @@ describeRendered('rendered SVC_CONFIG', () => {
       deadline_grace_seconds: 30,
       watch_job_types: true,
       preflight: true,
+      network_check_service: 'sandpod',
+      runtime_class_network_none: null,
       cpu_request_fraction: 0.25,
       memory_request_fraction: 0.5,
       api_timeout_seconds: 30,
