@@ -5,7 +5,7 @@
  */
 import { systemClock, type Clock } from '../clock.ts';
 import type { Logger } from '../logger.ts';
-import { EgressProxy, type Lookup } from './proxy.ts';
+import { EgressProxy, type Dial, type Lookup } from './proxy.ts';
 import { authenticateProxyRequest } from './token.ts';
 
 export interface ClusterEgressOptions {
@@ -16,8 +16,20 @@ export interface ClusterEgressOptions {
   logger: Logger;
   clock?: Clock;
   lookup?: Lookup;
+  dial?: Dial;
   connectTimeoutMs?: number;
+  /** Time to receive a request head (default 10 s). */
+  headTimeoutMs?: number;
+  /** Tunnel and forwarded-request idle timeout (default 5 min). */
+  idleTimeoutMs?: number;
+  /** Connections past their head, all runs (default 1024). */
   maxConnections?: number;
+  /** Connections past their head of one run (default 64). */
+  maxConnectionsPerRun?: number;
+  /** Connections still sending a head, all sources (default: maxConnections). */
+  maxPendingConnections?: number;
+  /** Connections still sending a head from one source address, i.e. one run pod (default 64). */
+  maxPendingPerSource?: number;
 }
 
 /** Starts the shared proxy; `close()` it to stop. */
@@ -34,7 +46,13 @@ export async function startClusterEgressProxy(o: ClusterEgressOptions): Promise<
       else o.logger.warn(fields, 'egress refused');
     },
     ...(o.lookup ? { lookup: o.lookup } : {}),
+    ...(o.dial ? { dial: o.dial } : {}),
     ...(o.connectTimeoutMs !== undefined ? { connectTimeoutMs: o.connectTimeoutMs } : {}),
+    ...(o.headTimeoutMs !== undefined ? { headTimeoutMs: o.headTimeoutMs } : {}),
+    ...(o.idleTimeoutMs !== undefined ? { idleTimeoutMs: o.idleTimeoutMs } : {}),
+    ...(o.maxPendingConnections !== undefined ? { maxPendingConnections: o.maxPendingConnections } : {}),
     maxConnections: o.maxConnections ?? 1024,
+    maxConnectionsPerRun: o.maxConnectionsPerRun ?? 64,
+    maxPendingPerSource: o.maxPendingPerSource ?? 64,
   });
 }

@@ -9,21 +9,38 @@
  *   see token.ts); the proxy applies that run's patterns, and answers `407` without a valid one.
  *
  * The proxy serves `CONNECT host:port` (HTTPS and any TCP) and absolute-form plain HTTP requests
- * (`GET http://host/…`). A request goes out only when its host and port match a pattern (see
- * jobtypes/host-patterns.ts), and:
- * - A name is resolved here, and refused when any of its addresses is not public (loopback,
- *   private, link-local, CGNAT, multicast, …): a pattern cannot be turned against the host or its
- *   network by DNS. The connection goes to the address that was checked (no second lookup).
+ * (`GET http://host/…`). Both go through the same steps:
+ * - The target is parsed by target.ts: a host that is not a well-formed LDH name or canonical IP
+ *   literal, or a bad port, is `400` before any pattern match or lookup.
+ * - It goes out only when its host and port match a pattern (jobtypes/host-patterns.ts); a name only
+ *   a name pattern, an IP literal only an IP pattern.
+ * - A name is resolved once, and refused when any of its addresses is not public (addresses.ts): a
+ *   pattern cannot be turned against the host or its network by DNS. The connection goes to the
+ *   address that was checked (dialled as an address: no second lookup).
  * - An address written literally in the list is allowed whatever its kind: the operator named it.
  * Refusals are `403` with a one-line reason, which the program sees as an HTTP or tunnel error.
+ *
+ * Limits (admission.ts): a connection must send its whole request head within the head deadline
+ * (`408` after it); connections still sending a head are capped per source address and in total;
+ * connections past the head are capped per run and in total (`503` past a cap); a tunnel or forwarded
+ * request with no byte either way for the idle timeout is closed.
  */
 import { promises as dns } from 'node:dns';
 import { chmodSync } from 'node:fs';
 import net from 'node:net';
-import { hostMatches, normalizeHost } from '../jobtypes/host-patterns.ts';
+import { hostMatches } from '../jobtypes/host-patterns.ts';
+import { isPublicAddress } from './addresses.ts';
+import { Admission, type AdmissionStats } from './admission.ts';
+import { hostHeader, parseAbsoluteTarget, parseConnectTarget, type ParsedTarget } from './target.ts';
+
+export { isPublicAddress } from './addresses.ts';
+export type { AdmissionStats } from './admission.ts';
 
 /** Resolves a name to its addresses (dns.lookup with `all`). */
 export type Lookup = (host: string) => Promise<{ address: string; family: number }[]>;
+
+/** Opens the upstream connection to an address (never a name) that was checked. */
+export type Dial = (address: string, port: number) => net.Socket;
 
 export interface EgressDecision {
   /** The run the request belongs to (shared proxy only). */
@@ -43,52 +60,57 @@ export interface EgressProxyOptions {
   /** A proxy shared by runs: each request's run and patterns come from its credential; none valid → 407. */
   authenticate?: Authenticate;
   lookup?: Lookup;
+  /** Opens upstream connections (default: `net.connect` to the address); tests record what is dialled. */
+  dial?: Dial;
   /** Called once per request with what was decided (for logs and counts). */
   onDecision?: (d: EgressDecision) => void;
   connectTimeoutMs?: number;
-  /** Most connections open at once; more are refused with 503. */
+  /** Time from accepting a connection to the end of its request head (default 10 s); then 408. */
+  headTimeoutMs?: number;
+  /** A tunnel or forwarded request with no byte either way for this long is closed (default 5 min). */
+  idleTimeoutMs?: number;
+  /** Most connections past their head at once (default 64); more are refused with 503. */
   maxConnections?: number;
+  /** Most connections past their head of one run (default: maxConnections). */
+  maxConnectionsPerRun?: number;
+  /** Most connections still sending their head (default: maxConnections). */
+  maxPendingConnections?: number;
+  /** Most connections still sending their head from one source address (default: min(64, maxPendingConnections)). */
+  maxPendingPerSource?: number;
 }
 
 const MAX_HEAD_BYTES = 16 * 1024;
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'proxy-authorization', 'proxy-authenticate', 'te', 'trailer', 'upgrade']);
 const defaultLookup: Lookup = (host) => dns.lookup(host, { all: true, verbatim: true });
+const defaultDial: Dial = (address, port) => net.connect({ host: address, port, family: net.isIP(address) });
+/** The run a local (single-run) proxy's connections are counted under. */
+const LOCAL_RUN = 'local';
 
-/** Non-public address ranges: never reached through a host name. */
-const NON_PUBLIC = (() => {
-  const b = new net.BlockList();
-  for (const [a, p] of [
-    ['0.0.0.0', 8], ['10.0.0.0', 8], ['100.64.0.0', 10], ['127.0.0.0', 8], ['169.254.0.0', 16], ['172.16.0.0', 12],
-    ['192.0.0.0', 24], ['192.0.2.0', 24], ['192.168.0.0', 16], ['198.18.0.0', 15], ['198.51.100.0', 24], ['203.0.113.0', 24],
-    ['224.0.0.0', 4], ['240.0.0.0', 4],
-  ] as const) b.addSubnet(a, p, 'ipv4');
-  for (const [a, p] of [['::', 128], ['::1', 128], ['fc00::', 7], ['fe80::', 10], ['ff00::', 8], ['2001:db8::', 32], ['64:ff9b::', 96], ['100::', 64]] as const) {
-    b.addSubnet(a, p, 'ipv6');
-  }
-  return b;
-})();
-
-/** True when `ip` is a public unicast address. IPv4-mapped IPv6 addresses are judged as IPv4. */
-export function isPublicAddress(ip: string): boolean {
-  const kind = net.isIP(ip);
-  if (kind === 4) return !NON_PUBLIC.check(ip, 'ipv4');
-  if (kind !== 6) return false;
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip);
-  if (mapped) return isPublicAddress(mapped[1]!);
-  return !NON_PUBLIC.check(ip, 'ipv6');
-}
-
-/** One run's proxy, listening on a Unix socket. */
+/** An egress proxy: one run's on a Unix socket, or the cluster's shared one on TCP. */
 export class EgressProxy {
   private readonly sockets = new Set<net.Socket>();
-  private clients = 0;
   private readonly lookup: Lookup;
+  private readonly dial: Dial;
+  private readonly admission: Admission;
+  private readonly headTimeoutMs: number;
+  private readonly idleTimeoutMs: number;
 
   private constructor(
     private readonly server: net.Server,
     private readonly o: EgressProxyOptions,
   ) {
     this.lookup = o.lookup ?? defaultLookup;
+    this.dial = o.dial ?? defaultDial;
+    this.headTimeoutMs = o.headTimeoutMs ?? 10_000;
+    this.idleTimeoutMs = o.idleTimeoutMs ?? 300_000;
+    const maxConnections = o.maxConnections ?? 64;
+    const maxPending = o.maxPendingConnections ?? maxConnections;
+    this.admission = new Admission({
+      maxConnections,
+      maxConnectionsPerRun: o.maxConnectionsPerRun ?? maxConnections,
+      maxPending,
+      maxPendingPerSource: o.maxPendingPerSource ?? Math.min(64, maxPending),
+    });
     server.on('connection', (s) => this.accept(s));
   }
 
@@ -123,6 +145,11 @@ export class EgressProxy {
     return a !== null && typeof a === 'object' ? a.port : 0;
   }
 
+  /** Connections by phase and whether a cap is reached (the cluster proxy's readiness). */
+  stats(): AdmissionStats {
+    return this.admission.stats();
+  }
+
   /** Stops listening and cuts every connection (the run is over). */
   async close(): Promise<void> {
     for (const s of this.sockets) s.destroy();
@@ -137,9 +164,22 @@ export class EgressProxy {
 
   private accept(client: net.Socket): void {
     this.track(client);
-    this.clients++;
-    client.once('close', () => this.clients--);
-    if (this.clients > (this.o.maxConnections ?? 64)) return answer(client, 503, 'too many connections through the egress proxy');
+    // A Unix socket has no peer address: its one client is the run the proxy belongs to.
+    const source = client.remoteAddress ?? LOCAL_RUN;
+    if (!this.admission.openPending(source)) return this.answer(client, 503, 'too many connections waiting to send a request head');
+    let pending = true;
+    const endPending = () => {
+      if (!pending) return;
+      pending = false;
+      clearTimeout(deadline);
+      this.admission.closePending(source);
+    };
+    const deadline = setTimeout(() => {
+      client.off('data', onData);
+      endPending();
+      this.answer(client, 408, `request head not received within ${this.headTimeoutMs} ms`);
+    }, this.headTimeoutMs);
+    client.once('close', endPending);
     let head = Buffer.alloc(0);
     const onData = (chunk: Buffer) => {
       head = Buffer.concat([head, chunk]);
@@ -147,11 +187,13 @@ export class EgressProxy {
       if (end < 0) {
         if (head.length > MAX_HEAD_BYTES) {
           client.off('data', onData);
-          answer(client, 431, 'request head too large');
+          endPending();
+          this.answer(client, 431, 'request head too large');
         }
         return;
       }
       client.off('data', onData);
+      endPending();
       client.pause();
       // Nothing a sandboxed program sends may take the service down: any failure ends its connection.
       this.handle(client, head.subarray(0, end).toString('latin1'), head.subarray(end + 4)).catch(() => client.destroy());
@@ -162,63 +204,56 @@ export class EgressProxy {
   private async handle(client: net.Socket, head: string, rest: Buffer): Promise<void> {
     const lines = head.split('\r\n');
     const m = /^([A-Z]+) (\S+) HTTP\/1\.[01]$/.exec(lines[0] ?? '');
-    if (!m) return answer(client, 400, 'not an HTTP/1.x proxy request');
-    const [, method, target] = m as unknown as [string, string, string];
-    let host: string;
-    let port: number;
-    let forward: Buffer | null = null;
-    if (method === 'CONNECT') {
-      const t = /^(\[[^\]]+\]|[^:/]+):(\d{1,5})$/.exec(target);
-      if (!t) return answer(client, 400, `CONNECT needs host:port, got ${target}`);
-      host = normalizeHost(t[1]!);
-      port = Number(t[2]);
-    } else {
-      let url: URL;
-      try {
-        url = new URL(target);
-      } catch {
-        return answer(client, 400, 'a proxied request needs an absolute http:// URL (use CONNECT for https)');
-      }
-      if (url.protocol !== 'http:') return answer(client, 400, `unsupported scheme ${url.protocol} (use CONNECT for https)`);
-      host = normalizeHost(url.hostname);
-      port = Number(url.port || 80);
-      const name = (l: string) => l.slice(0, l.indexOf(':')).trim().toLowerCase();
-      // Hop-by-hop: the fixed list and whatever the Connection header names.
-      const named = lines.filter((l) => name(l) === 'connection').flatMap((l) => l.slice(l.indexOf(':') + 1).split(',').map((t) => t.trim().toLowerCase()));
-      // Host is the URL's: another name in it could reach a different site on a shared address.
-      const headers = lines.slice(1).filter((l) => !HOP_BY_HOP.has(name(l)) && !named.includes(name(l)) && name(l) !== 'host');
-      forward = Buffer.concat([Buffer.from(`${method} ${url.pathname}${url.search} HTTP/1.1\r\n${[`Host: ${url.host}`, ...headers, 'Connection: close'].join('\r\n')}\r\n\r\n`, 'latin1'), rest]);
-    }
-    if (!(port >= 1 && port <= 65535)) return answer(client, 400, `bad port ${port}`);
+    if (!m) return this.answer(client, 400, 'not an HTTP/1.x proxy request');
+    const [, method, raw] = m as unknown as [string, string, string];
+    const target = method === 'CONNECT' ? parseConnectTarget(raw) : parseAbsoluteTarget(raw);
+    if ('malformed' in target) return this.answer(client, 400, target.malformed);
+    const { host, port } = { host: target.host.host, port: target.port };
+    const forward = method === 'CONNECT' ? null : Buffer.concat([Buffer.from(forwardedHead(method, target, lines), 'latin1'), rest]);
     let allowedHosts = this.o.allowedHosts ?? [];
     let who: { executionId?: string } = {};
     if (this.o.authenticate) {
-      const auth = lines.slice(1).find((l) => l.slice(0, l.indexOf(':')).trim().toLowerCase() === 'proxy-authorization');
+      const auth = lines.slice(1).find((l) => headerName(l) === 'proxy-authorization');
       const r = this.o.authenticate(auth === undefined ? undefined : auth.slice(auth.indexOf(':') + 1).trim());
       if ('refused' in r) {
         const reason = `proxy authentication failed (${r.refused}): use the proxy URL of the run's environment`;
         this.o.onDecision?.({ host, port, allowed: false, reason });
-        return answer(client, 407, reason);
+        return this.answer(client, 407, reason);
       }
       allowedHosts = r.allowedHosts;
       who = { executionId: r.executionId };
     }
-    const decided = await this.decide(host, port, allowedHosts);
-    this.o.onDecision?.({ ...who, host, port, allowed: decided.address !== null, ...(decided.reason ? { reason: decided.reason } : {}) });
-    if (decided.address === null) return answer(client, 403, decided.reason ?? 'not allowed');
+    // Counted from here: the head was valid (and, shared, carried a valid credential).
     if (client.destroyed) return;
-    const upstream = net.connect({ host: decided.address, port });
+    const run = who.executionId ?? LOCAL_RUN;
+    const admitted = this.admission.admit(run);
+    if ('refused' in admitted) {
+      this.o.onDecision?.({ ...who, host, port, allowed: false, reason: admitted.refused });
+      return this.answer(client, 503, admitted.refused);
+    }
+    client.once('close', () => this.admission.release(run));
+    const decided = await this.decide(target, allowedHosts);
+    this.o.onDecision?.({ ...who, host, port, allowed: decided.address !== null, ...(decided.reason ? { reason: decided.reason } : {}) });
+    if (decided.address === null) return this.answer(client, 403, decided.reason ?? 'not allowed');
+    if (client.destroyed) return;
+    const upstream = this.dial(decided.address, port);
     this.track(upstream);
+    client.once('close', () => upstream.destroy());
     upstream.setTimeout(this.o.connectTimeoutMs ?? 10_000, () => {
-      answer(client, 504, `connecting to ${host}:${port} timed out`);
+      this.answer(client, 504, `connecting to ${host}:${port} timed out`);
       upstream.destroy();
     });
-    upstream.once('error', (err) => answer(client, 502, `cannot connect to ${host}:${port}: ${(err as NodeJS.ErrnoException).code ?? err.message}`));
+    upstream.once('error', (err) => this.answer(client, 502, `cannot connect to ${host}:${port}: ${(err as NodeJS.ErrnoException).code ?? err.message}`));
     upstream.once('connect', () => {
       upstream.setTimeout(0);
       upstream.removeAllListeners('error');
       upstream.on('error', () => client.destroy());
       client.on('error', () => upstream.destroy());
+      // Reads and writes both count as activity, so the client's socket sees traffic either way.
+      client.setTimeout(this.idleTimeoutMs, () => {
+        client.destroy();
+        upstream.destroy();
+      });
       if (forward) upstream.write(forward);
       else {
         client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
@@ -231,11 +266,13 @@ export class EgressProxy {
   }
 
   /** The address to connect to, or null and why not. */
-  private async decide(host: string, port: number, allowedHosts: string[]): Promise<{ address: string | null; reason?: string }> {
+  private async decide(target: ParsedTarget, allowedHosts: string[]): Promise<{ address: string | null; reason?: string }> {
+    const { host: { host, kind }, port } = target;
     if (!hostMatches(host, port, allowedHosts)) {
       return { address: null, reason: `egress to ${host}:${port} is not allowed by this job type (allowed_hosts: ${allowedHosts.join(', ')})` };
     }
-    if (net.isIP(host) !== 0) return { address: host };
+    // A literal matched a literal entry: the operator named this address.
+    if (kind !== 'name') return { address: host };
     let addrs: { address: string }[];
     try {
       addrs = await this.lookup(host);
@@ -247,15 +284,34 @@ export class EgressProxy {
     if (inner) return { address: null, reason: `${host} resolves to ${inner.address}, which is not a public address` };
     return { address: addrs[0]!.address };
   }
+
+  /**
+   * Answers with `status` and ends the connection. Whatever the program still sends is discarded
+   * (unread bytes would keep its end from being seen); one that never hangs up is cut after a short
+   * linger, so a refused connection holds no descriptor for long.
+   */
+  private answer(s: net.Socket, status: number, message: string): void {
+    if (s.destroyed) return;
+    const text =
+      { 400: 'Bad Request', 403: 'Forbidden', 407: 'Proxy Authentication Required', 408: 'Request Timeout', 431: 'Request Header Fields Too Large', 502: 'Bad Gateway', 503: 'Service Unavailable', 504: 'Gateway Timeout' }[status] ?? 'Error';
+    const body = `sandpod egress proxy: ${message}\n`;
+    const challenge = status === 407 ? 'Proxy-Authenticate: Basic realm="sandpod-egress"\r\n' : '';
+    s.end(`HTTP/1.1 ${status} ${text}\r\n${challenge}Content-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+    s.resume();
+    const linger = setTimeout(() => s.destroy(), Math.min(this.headTimeoutMs, 2000));
+    s.once('close', () => clearTimeout(linger));
+  }
 }
 
-function answer(s: net.Socket, status: number, message: string): void {
-  if (s.destroyed) return;
-  const text = { 400: 'Bad Request', 403: 'Forbidden', 407: 'Proxy Authentication Required', 431: 'Request Header Fields Too Large', 502: 'Bad Gateway', 503: 'Service Unavailable', 504: 'Gateway Timeout' }[status] ?? 'Error';
-  const body = `sandpod egress proxy: ${message}\n`;
-  const challenge = status === 407 ? 'Proxy-Authenticate: Basic realm="sandpod-egress"\r\n' : '';
-  s.end(`HTTP/1.1 ${status} ${text}\r\n${challenge}Content-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
-  // Discard whatever the program still sends: unread bytes would keep the socket from seeing the
-  // program's end, so it would never close and would hold its place under maxConnections.
-  s.resume();
+function headerName(line: string): string {
+  return line.slice(0, line.indexOf(':')).trim().toLowerCase();
+}
+
+/** The head sent upstream for an absolute-form request: origin form, the target's Host, no hop-by-hop headers. */
+function forwardedHead(method: string, target: ParsedTarget, lines: string[]): string {
+  // Hop-by-hop: the fixed list and whatever the Connection header names.
+  const named = lines.filter((l) => headerName(l) === 'connection').flatMap((l) => l.slice(l.indexOf(':') + 1).split(',').map((t) => t.trim().toLowerCase()));
+  // Host is the target's: another name in it could reach a different site on a shared address.
+  const headers = lines.slice(1).filter((l) => !HOP_BY_HOP.has(headerName(l)) && !named.includes(headerName(l)) && headerName(l) !== 'host');
+  return `${method} ${target.path ?? '/'} HTTP/1.1\r\n${[`Host: ${hostHeader(target)}`, ...headers, 'Connection: close'].join('\r\n')}\r\n\r\n`;
 }

@@ -6,9 +6,13 @@
  * - an IP literal (`203.0.113.7`, `2001:db8::1`, or bracketed `[2001:db8::1]`) matches that address only,
  *   and only a literal matches an address;
  * - `:port` after any of them (`api.github.com:443`, `[::1]:8080`) limits the pattern to that port.
- * Names compare case-insensitively, without a trailing dot.
+ * Names compare case-insensitively, without a trailing dot. A name in a pattern follows the proxy's
+ * rules for a requested host (src/egress/target.ts: LDH labels, length limits, no numeric last label),
+ * so a pattern is never one the proxy could not match; {@link hostMatches} parses the requested host
+ * with the same rules first and matches nothing malformed (a NUL, `%`, a non-canonical IPv4 form).
  */
 import net from 'node:net';
+import { dnsNameProblem, parseHost, type TargetHost } from '../egress/target.ts';
 
 export interface HostPattern {
   /** Normalized name, `*.suffix`, `*`, or an IP address. */
@@ -23,8 +27,6 @@ export function normalizeHost(host: string): string {
   if (h.endsWith('.')) h = h.slice(0, -1);
   return h;
 }
-
-const LABEL = /^[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$/;
 
 /** Parses one pattern, or null when it is not one. */
 export function parseHostPattern(raw: string): HostPattern | null {
@@ -45,10 +47,11 @@ export function parseHostPattern(raw: string): HostPattern | null {
   if (port !== null && !(port >= 1 && port <= 65535)) return null;
   const host = normalizeHost(s);
   if (host === '*') return s.trim() === '*' ? { host, port } : null; // not `*.`: a typo, not "anything"
-  if (net.isIP(host) !== 0) return { host, port };
+  if (net.isIP(host) !== 0) return host.includes('%') ? null : { host, port };
+  // At most one trailing dot (normalizeHost took it), as for a requested host.
+  if (host.endsWith('.') || !/^[a-z0-9.*-]+$/.test(host)) return null;
   const name = host.startsWith('*.') ? host.slice(2) : host;
-  if (name.length === 0 || name.length > 253 || !name.split('.').every((l) => LABEL.test(l))) return null;
-  return { host, port };
+  return dnsNameProblem(name) === null ? { host, port } : null;
 }
 
 /** True when `raw` is a usable pattern. */
@@ -56,10 +59,25 @@ export function isHostPattern(raw: string): boolean {
   return parseHostPattern(raw) !== null;
 }
 
-/** True when `host` (a name or an IP literal) on `port` matches one of `patterns` (invalid ones never match). */
+/**
+ * A requested host as matched: parsed by the proxy's rules; an unbracketed IPv6 address is taken
+ * too (callers holding one already parsed). Null when malformed.
+ */
+function requestedHost(host: string): TargetHost | null {
+  const t = host.trim();
+  const parsed = parseHost(net.isIP(t) === 6 && !t.includes('%') ? `[${t}]` : t);
+  return 'malformed' in parsed ? null : parsed;
+}
+
+/**
+ * True when `host` (a name or an IP literal) on `port` matches one of `patterns` (invalid ones never
+ * match). A host that is not a well-formed name or canonical IP literal matches nothing.
+ */
 export function hostMatches(host: string, port: number, patterns: string[]): boolean {
-  const h = normalizeHost(host);
-  const literal = net.isIP(h) !== 0;
+  const parsed = requestedHost(host);
+  if (parsed === null) return false;
+  const h = parsed.host;
+  const literal = parsed.kind !== 'name';
   for (const raw of patterns) {
     const p = parseHostPattern(raw);
     if (!p || (p.port !== null && p.port !== port)) continue;

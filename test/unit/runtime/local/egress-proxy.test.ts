@@ -237,7 +237,7 @@ describe('isHostPattern', () => {
     'example.com',
     'API.Example.com.',
     'localhost',
-    'a-b.c_d.io',
+    'a-b.c-d.io',
     '*.example.com',
     '*',
     '127.0.0.1',
@@ -248,7 +248,7 @@ describe('isHostPattern', () => {
     '[::1]:8080',
   ])('accepts %j', (p) => expect(isHostPattern(p)).toBe(true));
 
-  it.each(['*.', '*..', '*.:443', 'x.com..', 'http://x', 'a b', '*x.com', 'x.*', 'a.*.com', '', '..', '.', 'a..b', '-a.com', 'a-.com', 'x.com/path', 'x.com:0', 'x.com:70000', `${'a'.repeat(64)}.com`])(
+  it.each(['*.', '*..', '*.:443', 'x.com..', 'http://x', 'a b', '*x.com', 'x.*', 'a.*.com', '', '..', '.', 'a..b', '-a.com', 'a-.com', 'x.com/path', 'x.com:0', 'x.com:70000', `${'a'.repeat(64)}.com`, 'a-b.c_d.io', '1.2.3', '*.0x7f', 'a\0.com', '%30.com', 'fe80::1%eth0'])(
     'rejects %j',
     (p) => expect(isHostPattern(p)).toBe(false),
   );
@@ -701,12 +701,28 @@ describe('EgressProxy: the exact refusal answers', () => {
     expect(res.raw.toString('utf8')).toBe(refusal(431, 'Request Header Fields Too Large', 'request head too large'));
   });
 
-  it('503 Service Unavailable', async () => {
+  it('503 Service Unavailable: too many connections still sending a head', async () => {
     const { sockPath } = await startProxy({ allowedHosts: ['127.0.0.1'], maxConnections: 1 });
     await connectUnix(sockPath);
     await new Promise((r) => setTimeout(r, 50));
     const res = await exchange(sockPath, 'GET http://127.0.0.1/ HTTP/1.1\r\n\r\n');
+    expect(res.raw.toString('utf8')).toBe(refusal(503, 'Service Unavailable', 'too many connections waiting to send a request head'));
+  });
+
+  it('503 Service Unavailable: too many connections past their head', async () => {
+    const echo = await startEchoUpstream();
+    const { sockPath } = await startProxy({ allowedHosts: ['127.0.0.1'], maxConnections: 1 });
+    const s = await connectUnix(sockPath);
+    s.write(`CONNECT 127.0.0.1:${echo.port} HTTP/1.1\r\n\r\n`);
+    await readUntil(s, (b) => b.length >= ESTABLISHED.length);
+    const res = await exchange(sockPath, 'GET http://127.0.0.1/ HTTP/1.1\r\n\r\n');
     expect(res.raw.toString('utf8')).toBe(refusal(503, 'Service Unavailable', 'too many connections through the egress proxy'));
+  });
+
+  it('408 Request Timeout: a head not complete within the head deadline', async () => {
+    const { sockPath } = await startProxy({ allowedHosts: ['127.0.0.1'], headTimeoutMs: 200 });
+    const res = await exchange(sockPath, 'GET http://127.0.0.1/ HTTP/1.1\r\n');
+    expect(res.raw.toString('utf8')).toBe(refusal(408, 'Request Timeout', 'request head not received within 200 ms'));
   });
 
   it.each([
