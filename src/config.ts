@@ -157,6 +157,14 @@ export const ConfigSchema = v.pipe(
         find_links: v.optional(v.array(v.string()), []),
         no_index: v.optional(v.boolean(), false),
         extra_args: v.optional(v.array(v.string()), []),
+        /**
+         * Hosts an install may reach besides those of the index URLs above (e.g. where an index's
+         * files are served from): allowed_hosts patterns (install-sandbox.ts).
+         */
+        allowed_hosts: v.optional(
+          v.array(v.pipe(v.string(), v.check(isHostPattern, 'must be a host pattern: a name, *.domain, * or an IP address, optionally with :port'))),
+          [],
+        ),
       }),
       {},
     ),

@@ -27,7 +27,8 @@ import type { BuiltEnvironment, JobType, LockedRequirement } from '../../jobtype
 import { RUNNER_PATH } from '../../sandbox/paths.ts';
 import { canonical, sha256 } from '../../util/json.ts';
 import { BuildFailedError, type Builder, type BuildRequest, type RunObservation, type RunSpec } from '../runtime.ts';
-import { invalidRequirement, normalizeRequirements, sandboxInstaller, type InstallContext } from './deps.ts';
+import { invalidRequirement, normalizeRequirements } from './deps.ts';
+import { sandboxInstaller, type InstallContext } from './install-sandbox.ts';
 import { SandboxHost } from './sandbox.ts';
 
 /** Format label inside every digest: a change of the digest's recipe changes every digest. */

@@ -1,7 +1,7 @@
 /**
  * Requirement environments (SPEC §1.8): one directory per (interpreter, sorted requirements, pip
- * settings), installed once with `pip install --target` inside a sandbox of the run's engine
- * ({@link sandboxInstaller}) and then mounted read-only at `/deps` (on PYTHONPATH) in every run that
+ * settings), installed once with `pip install --target` inside an install sandbox of the run's engine
+ * (install-sandbox.ts) and then mounted read-only at `/deps` (on PYTHONPATH) in every run that
  * asks for the same set. {@link prepareRequirements} is the run's startup step that gets one.
  *
  * Concurrency: within one process, runs asking for the same environment share one install (the map of
@@ -13,18 +13,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, lchownSync, mkdirSync, readdirSync, renameSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { systemClock, type Clock } from '../../clock.ts';
-import type { Config } from '../../config.ts';
 import type { RunObservation } from '../runtime.ts';
-import type { CgroupSupport } from './cgroups.ts';
-import { runscDelete, superviseLaunch } from './proc.ts';
-import { RunDir, sandboxId } from './run-dir.ts';
-import { programEnv } from './runner-command.ts';
-import type { SandboxHost } from './sandbox.ts';
-
-/** Bytes of pip's output kept for a dependency error. */
-const PIP_TAIL = 4000;
-/** Limits of an install sandbox (pip and a build backend need room; it is not user code). */
-const INSTALL_LIMITS = { memoryBytes: 2 * 1024 ** 3, pids: 4096, cpus: 2 } as const;
 
 /** What the install step reports. */
 export interface InstallOutcome {
@@ -70,7 +59,6 @@ export class DepsCache {
   private readonly inflight = new Map<string, Promise<DepsResult>>();
   readonly envsDir: string;
   readonly buildDir: string;
-  readonly pipCacheDir: string;
 
   constructor(
     root: string,
@@ -79,9 +67,10 @@ export class DepsCache {
   ) {
     this.envsDir = path.join(root, 'envs');
     this.buildDir = path.join(root, 'build');
-    this.pipCacheDir = path.join(root, 'pip-cache');
-    for (const d of [this.envsDir, this.buildDir, this.pipCacheDir]) mkdirSync(d, { recursive: true, mode: 0o755 });
-    makeOwned(this.pipCacheDir);
+    for (const d of [this.envsDir, this.buildDir]) mkdirSync(d, { recursive: true, mode: 0o755 });
+    // Earlier versions shared one pip cache, writable by every install, between all installs: what is
+    // in it may have been planted by a package (issue 22). Installs no longer use a shared cache.
+    rmSync(path.join(root, 'pip-cache'), { recursive: true, force: true });
     // Half-built environments of a crashed process are garbage.
     rmSync(this.buildDir, { recursive: true, force: true });
     mkdirSync(this.buildDir, { recursive: true, mode: 0o755 });
@@ -158,94 +147,6 @@ function raceDeadline<T>(p: Promise<T>, deadline: number, clock: Clock, signal?:
       reject(err);
     });
   });
-}
-
-/** What an install sandbox needs from the started runtime. */
-export interface InstallContext {
-  host: SandboxHost;
-  cgroups: CgroupSupport | null;
-  runsDir: string;
-  cache: DepsCache;
-  pip: Config['pip'];
-  /** runsc binary (gVisor only): a killed install's container is deleted with it. */
-  runsc: string | null;
-  clock: Clock;
-  /** Runs housekeeping off the caller's path. */
-  background(p: Promise<unknown>): void;
-}
-
-/** Extras of a build's install (build.ts): pip's report and a lock file, both in `workDir`. */
-export interface InstallExtras {
-  /** Host directory (owned by the sandbox user) mounted read-write at `/build-work`. */
-  workDir: string;
-  /** Ask pip for `--report /build-work/report.json` (what was resolved, with archive hashes). */
-  report: boolean;
-  /** Install exactly `/build-work/<lockFile>` (`--no-deps --require-hashes -r`), nothing else. */
-  lockFile?: string;
-}
-
-/**
- * An {@link Installer} that runs `pip install --target` with `interpreter` in a sandbox of the
- * runtime's engine: network allowed, uid 1000, its own cgroup, the pip cache mounted read-write.
- * With `extras` (builds), pip also writes its resolution report, or installs a hash-pinned lock file.
- */
-export function sandboxInstaller(ctx: InstallContext, interpreter: string, extras?: InstallExtras): Installer {
-  return async (target, reqs, deadline, signal) => {
-    const rd = RunDir.create({ host: ctx.host, runsDir: ctx.runsDir, id: sandboxId('deps', ctx.clock.now()), tmpBytes: INSTALL_LIMITS.memoryBytes });
-    const cgroup = ctx.cgroups?.create(rd.id, INSTALL_LIMITS) ?? null;
-    try {
-      rd.mount({ type: 'rw', src: target, dest: '/deps-build' });
-      rd.mount({ type: 'rw', src: ctx.cache.pipCacheDir, dest: '/pip-cache' });
-      if (extras) rd.mount({ type: 'rw', src: extras.workDir, dest: '/build-work' });
-      const pip = ctx.pip;
-      const buildArgs = !extras
-        ? []
-        : [
-            ...(extras.report ? ['--report', rd.at('/build-work/report.json')] : []),
-            ...(extras.lockFile ? ['--no-deps', '--require-hashes', '-r', rd.at(`/build-work/${extras.lockFile}`)] : []),
-          ];
-      const argv = [
-        interpreter, '-m', 'pip', 'install',
-        '--target', rd.at('/deps-build'),
-        '--cache-dir', rd.at('/pip-cache'),
-        '--disable-pip-version-check', '--no-input', '--no-warn-script-location', '--progress-bar', 'off',
-        ...(pip.index_url ? ['--index-url', pip.index_url] : []),
-        ...pip.find_links.flatMap((f) => ['--find-links', f]),
-        ...(pip.no_index ? ['--no-index'] : []),
-        ...pip.extra_args,
-        ...buildArgs,
-        ...reqs,
-      ];
-      const env = { ...programEnv([], {}, rd.at('/tmp')), PIP_NO_COLOR: '1', PYTHONDONTWRITEBYTECODE: '1' };
-      const launch = ctx.host.launch({
-        id: rd.id,
-        dir: rd.dir,
-        argv,
-        env,
-        cwd: '/tmp',
-        mounts: rd.mounts,
-        network: true,
-        rlimits: { nofile: 4096 },
-        procsFiles: cgroup?.procsFiles ?? [],
-      });
-      const res = await superviseLaunch(launch, { clock: ctx.clock, startupDeadline: deadline, timeoutMs: 0, signal, collectStdout: true, kill: () => cgroup?.killAll() });
-      if (res.killedBy && launch.runscId && ctx.runsc) ctx.background(runscDelete(ctx.runsc, ctx.host.runscState, [launch.runscId]));
-      const output = (res.stdoutTail + res.stderrTail).trim();
-      return {
-        ok: !res.killedBy && !res.spawnError && res.exitCode === 0,
-        output: res.spawnError ? `cannot start the install sandbox: ${res.spawnError}` : output.slice(-PIP_TAIL),
-        timedOut: res.killedBy === 'deadline',
-        cancelled: res.killedBy === 'abort',
-      };
-    } finally {
-      ctx.background(
-        (async () => {
-          await cgroup?.remove();
-          rd.remove();
-        })(),
-      );
-    }
-  };
 }
 
 /** The outcome of a run's requirements step: a `/deps` directory (or none), or how the run ends. */

@@ -6,6 +6,7 @@
  */
 import { existsSync, mkdirSync } from 'node:fs';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { systemClock, type Clock } from '../../clock.ts';
 import type { Config } from '../../config.ts';
 import type { Logger } from '../../logger.ts';
@@ -35,7 +36,10 @@ export function createSandboxHost(config: Config, bins: EngineBinaries, root: st
     // Interpreters outside /usr need their prefix (bin/..) visible too.
     if (!interp.startsWith('/usr/')) extraRo.add(path.dirname(path.dirname(interp)));
   }
-  for (const fl of config.pip.find_links) if (fl.startsWith('/') && existsSync(fl)) extraRo.add(path.resolve(fl));
+  for (const fl of config.pip.find_links) {
+    const dir = localFindLinks(fl);
+    if (dir && existsSync(dir)) extraRo.add(path.resolve(dir));
+  }
   return new SandboxHost(
     {
       engine,
@@ -204,4 +208,15 @@ export async function measureBareFloor(config: Config, options: BareFloorOptions
     times.push(r.ms);
   }
   return times;
+}
+
+/** The host directory of a `find_links` entry that is one (a path or a `file://` URL), else null. */
+function localFindLinks(fl: string): string | null {
+  if (fl.startsWith('/')) return fl;
+  if (!fl.startsWith('file://')) return null;
+  try {
+    return fileURLToPath(fl);
+  } catch {
+    return null;
+  }
 }

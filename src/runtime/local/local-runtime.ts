@@ -36,7 +36,8 @@ import { RunGoneError, type RawRun, type RunObservation, type RunOptions, type R
 import { detectCgroups, type CgroupLimits, type CgroupSupport, type RunCgroup } from './cgroups.ts';
 import { builtEnvironmentStep, LocalBuilder } from './build.ts';
 import { collectRun } from './collect.ts';
-import { DepsCache, prepareRequirements, sandboxInstaller, type InstallContext } from './deps.ts';
+import { DepsCache, prepareRequirements } from './deps.ts';
+import { sandboxInstaller, type InstallContext } from './install-sandbox.ts';
 import { EgressProxy } from './egress-proxy.ts';
 import { chooseEngine, defaultInterpreter } from './engine-probe.ts';
 import { findEngineBinaries, type EngineBinaries, type EngineName } from './engines.ts';
@@ -452,7 +453,7 @@ class LocalRuntimeImpl implements LocalRuntime {
   }
 
   private installContext(p: Prepared): InstallContext {
-    return { host: p.host, cgroups: p.cgroups, runsDir: p.runsDir, cache: p.deps, pip: this.config.pip, runsc: this.bins.runsc, clock: this.clock, background: (q) => this.background(q) };
+    return { host: p.host, cgroups: p.cgroups, runsDir: p.runsDir, pip: this.config.pip, runsc: this.bins.runsc, clock: this.clock, log: this.log, background: (q) => this.background(q) };
   }
 
   /**

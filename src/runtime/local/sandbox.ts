@@ -89,7 +89,7 @@ const HOST_ETC = ['/etc/ssl', '/etc/ca-certificates', '/etc/resolv.conf', '/etc/
 /** The execute-only copy of `sh` in the runner directory (see {@link SandboxHost.waitingShell}). */
 const WAITING_SHELL = 'sh';
 /** Mount points every run uses; created in the gVisor rootfs. */
-const MOUNT_POINTS = ['/code', '/input', '/output', '/tmp', '/deps', '/runner', '/proc', '/dev', '/usr', '/deps-build', '/pip-cache', EGRESS_DIR];
+const MOUNT_POINTS = ['/code', '/input', '/output', '/tmp', '/deps', '/runner', '/proc', '/dev', '/usr', '/deps-build', EGRESS_DIR];
 
 /** Prepared host state for one engine: rootfs/etc/runner copies, seccomp program, command builder. */
 export class SandboxHost {
