@@ -41,12 +41,15 @@ const DB_NAME = `sandpod_chart_${suffix}`;
 type J = Record<string, any>;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** `repo@sha256:…` or `repo:tag` as the chart's image values. */
+/**
+ * `repo@sha256:…` or `repo:tag` as the chart's image values. A tag gets pullPolicy IfNotPresent: the
+ * chart pulls tags Always, and an image imported into the node (`kcluster image`) is in no registry.
+ */
 function imageValues(prefix: string, ref: string): string[] {
   const at = ref.indexOf('@');
   if (at > 0) return ['--set', `${prefix}.repository=${ref.slice(0, at)}`, '--set', `${prefix}.digest=${ref.slice(at + 1)}`];
   const colon = ref.lastIndexOf(':');
-  return ['--set', `${prefix}.repository=${ref.slice(0, colon)}`, '--set-string', `${prefix}.tag=${ref.slice(colon + 1)}`];
+  return ['--set', `${prefix}.repository=${ref.slice(0, colon)}`, '--set-string', `${prefix}.tag=${ref.slice(colon + 1)}`, '--set', `${prefix}.pullPolicy=IfNotPresent`];
 }
 
 describe.skipIf(!READY)('the chart on a real cluster (needs SANDPOD_E2E_KUBECONFIG, _SERVICE_IMAGE, _IMAGE, _DATABASE_URL, _DATABASE_ADMIN_URL)', () => {
@@ -106,7 +109,8 @@ describe.skipIf(!READY)('the chart on a real cluster (needs SANDPOD_E2E_KUBECONF
       '--set', `database.url=${DB_URL!.replace(/\/$/, '')}/${DB_NAME}`,
       ...imageValues('image', SERVICE_IMAGE!),
       ...imageValues('executorImage', EXECUTOR_IMAGE!),
-      '--set', 'config.security_mode=permissive',
+      // Under real gVisor (kcluster up --gvisor) the run pods must get its RuntimeClass: strict.
+      '--set', `config.security_mode=${process.env.SANDPOD_E2E_GVISOR === '1' ? 'strict' : 'permissive'}`,
       '--set', 'config.shutdown_grace_seconds=30',
       '--set', `runs.namespace=${RUNS_NS}`,
       '--set-json', 'jobTypes.items.default.cpuLimit=0.25',
@@ -164,18 +168,55 @@ describe.skipIf(!READY)('the chart on a real cluster (needs SANDPOD_E2E_KUBECONF
     expect((await call('/job-types')).status).toBe(200);
   });
 
-  it('the preflight canary passed in the release runs namespace; /health is healthy', async () => {
+  it('the preflight canary passed in the release runs namespace; /health is healthy but for the network check', async () => {
     let body: J = {};
     for (let i = 0; i < 180; i++) {
-      body = (await (await call('/health', { auth: false })).json()) as J;
+      body = (await (await call('/health')).json()) as J;
       if (body.sandbox?.detail?.preflight?.status && body.sandbox.detail.preflight.status !== 'running') break;
       await sleep(1000);
     }
     expect(body.sandbox.detail.preflight).toEqual({ status: 'passed', checks: { threads: true, select: true, subprocess: true } });
-    expect(body.status).toBe('healthy');
-    expect(body.reasons).toEqual([]);
+    // The only reason allowed is the network check's (next test: on a cluster that does not enforce
+    // NetworkPolicy it must be there).
+    expect(body.reasons.filter((r: string) => !r.startsWith('network policy not enforced'))).toEqual([]);
+    expect(body.status).toBe(body.reasons.length === 0 ? 'healthy' : 'degraded');
     expect(body.sandbox.detail.runs_namespace).toBe(RUNS_NS);
   }, 200_000);
+
+  it('the network check says what a network none run can actually do: reach the API Service or not (issue 23 item 2)', async () => {
+    // Ground truth: a real run of the default (network none) type tries the service's own Service.
+    const svc = await core.readNamespacedService({ name: `${RELEASE}-sandpod`, namespace: NS });
+    const code = [
+      'import socket',
+      'try:',
+      `    socket.create_connection((${JSON.stringify(svc.spec!.clusterIP)}, ${svc.spec!.ports![0]!.port}), timeout=5).close()`,
+      '    print("reached")',
+      'except OSError as e:',
+      '    print("isolated", type(e).__name__)',
+    ].join('\n');
+    const res = await call('/execute', { method: 'POST', body: JSON.stringify({ code }) });
+    const run = (await res.json()) as J;
+    expect(res.status, JSON.stringify(run)).toBe(200);
+    const reached = (run.stdout as string).startsWith('reached');
+    let body: J = {};
+    for (let i = 0; i < 240; i++) {
+      body = (await (await call('/health')).json()) as J;
+      const st = body.sandbox?.detail?.network_check?.status;
+      if (st && st !== 'running') break;
+      await sleep(1000);
+    }
+    const check = body.sandbox.detail.network_check;
+    if (reached) {
+      // kcluster's bridge CNI accepts NetworkPolicy and enforces nothing: this is the branch it takes.
+      expect(check, JSON.stringify(body)).toMatchObject({ status: 'not_isolated', target: `${svc.spec!.clusterIP}:${svc.spec!.ports![0]!.port}` });
+      expect(body.status).toBe('degraded');
+      expect(body.reasons).toEqual(expect.arrayContaining([expect.stringMatching(/^network policy not enforced: /)]));
+    } else {
+      expect(check, JSON.stringify(body)).toMatchObject({ status: 'isolated' });
+      expect(body.reasons.filter((r: string) => r.startsWith('network policy'))).toEqual([]);
+    }
+    if (process.env.SANDPOD_E2E_EXPECT_NETWORK_POLICY !== 'enforced') expect(reached, 'kcluster does not enforce NetworkPolicy; set SANDPOD_E2E_EXPECT_NETWORK_POLICY=enforced on a cluster that does').toBe(true);
+  }, 300_000);
 
   it('runs code through the Service; its pod is found by the execution id', async () => {
     const res = await call('/execute', { method: 'POST', body: JSON.stringify({ code: 'print(1 + 1)' }) });

@@ -55,6 +55,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end }}
 
+{{/* imagePullPolicy of an image block: its pullPolicy, or "" → IfNotPresent with a digest, Always with a tag. */}}
+{{- define "sandpod.pullPolicy" -}}
+{{- if .pullPolicy }}{{ .pullPolicy }}{{ else if .digest }}IfNotPresent{{ else }}Always{{ end }}
+{{- end }}
+
 {{- define "sandpod.image" -}}
 {{- include "sandpod.imageRef" (list .Values.image .) }}
 {{- end }}
@@ -98,7 +103,7 @@ src/config.ts ConfigSchema (a test parses this with the service's own parseConfi
   "instance" .Release.Name
   "runtime_class" .Values.runtimeClass.name
   "executor_image" (include "sandpod.executorImage" .)
-  "image_pull_policy" .Values.executorImage.pullPolicy
+  "image_pull_policy" (include "sandpod.pullPolicy" .Values.executorImage)
   "ttl_seconds_after_finished" (int .Values.runs.ttlSecondsAfterFinished)
   "deadline_grace_seconds" (int .Values.runs.deadlineGraceSeconds)
   "watch_job_types" .Values.jobTypes.watch

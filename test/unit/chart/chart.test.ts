@@ -166,10 +166,11 @@ describeRendered('default render', () => {
     expect(c.ports).toEqual([{ name: 'http', containerPort: 8000, protocol: 'TCP' }]);
   });
 
-  it('gives the pod more grace than the service drains for', () => {
+  it('gives the pod more grace than the preStop pause and the drain take', () => {
     const pod = one(docs, 'Deployment', 'sandpod').spec.template.spec;
-    expect(pod.terminationGracePeriodSeconds).toBe(45);
-    const custom = one(renderOk(withDb('--set', 'config.shutdown_grace_seconds=0')), 'Deployment', 'sandpod');
+    // preStopSleepSeconds 5 + shutdown_grace_seconds 30 + 15 (test/unit/chart/isolation.test.ts has the hook).
+    expect(pod.terminationGracePeriodSeconds).toBe(50);
+    const custom = one(renderOk(withDb('--set', 'config.shutdown_grace_seconds=0', '--set', 'preStopSleepSeconds=0')), 'Deployment', 'sandpod');
     expect(custom.spec.template.spec.terminationGracePeriodSeconds).toBe(15);
   });
 

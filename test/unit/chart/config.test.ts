@@ -40,7 +40,8 @@ describeRendered('rendered SVC_CONFIG', () => {
       instance: 'sandpod',
       runtime_class: 'gvisor',
       executor_image: 'ghcr.io/sandpod/executor:0.1.0',
-      image_pull_policy: 'IfNotPresent',
+      // A tag (appVersion) and no digest: Always (a digest gives IfNotPresent; isolation.test.ts).
+      image_pull_policy: 'Always',
       ttl_seconds_after_finished: 600,
       deadline_grace_seconds: 30,
       watch_job_types: true,
