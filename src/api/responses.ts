@@ -10,6 +10,7 @@ import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import * as v from 'valibot';
 import { ERROR_STATUS } from '../errors.ts';
 import { queueStatus, RECORD_STATUSES, TERMINAL_STATUSES } from '../executions/index.ts';
+import { MAX_ARTIFACT_ENTRIES } from '../runtime/run-output.ts';
 import { stringifyJson } from '../util/json.ts';
 
 /** Names the component a schema becomes in the document (read by hono-openapi's valibot converter). */
@@ -108,7 +109,9 @@ export const FullRecordSchema = v.pipe(
   v.strictObject({
     ...recordBase,
     job_ref: v.pipe(v.string(), v.regex(/^.+@sha256:[0-9a-f]{64}$/), v.description('<job_type>@sha256:<digest>')),
-    artifacts: v.array(ArtifactSchema),
+    artifacts: v.pipe(v.array(ArtifactSchema), v.description(`At most ${MAX_ARTIFACT_ENTRIES} entries of /output, the first by name (see artifacts_truncated)`)),
+    artifacts_total: v.pipe(nonNegInt, v.description('Entries the program left in /output, listed or not (result.json and the runner\'s own files aside)')),
+    artifacts_truncated: v.pipe(v.boolean(), v.description('/output held more entries than artifacts lists (over the limit, or the collection stopped at its byte cap)')),
     input_artifacts: v.pipe(v.array(ArtifactSchema), v.description('_code.py and _input.json')),
     resource_usage: v.nullable(
       v.pipe(v.strictObject({ max_rss_mb: v.pipe(v.number(), v.minValue(0)), cpu_time_ms: nonNegInt, wall_time_ms: nonNegInt }), ref('ResourceUsage')),

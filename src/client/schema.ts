@@ -678,7 +678,12 @@ export interface components {
         };
         /** @description SPEC §2.3 execution record with the extended fields (view=full). */
         ExecutionRecordFull: {
+            /** @description At most 1000 entries of /output, the first by name (see artifacts_truncated) */
             artifacts: components["schemas"]["Artifact"][];
+            /** @description Entries the program left in /output, listed or not (result.json and the runner's own files aside) */
+            artifacts_total: number;
+            /** @description /output held more entries than artifacts lists (over the limit, or the collection stopped at its byte cap) */
+            artifacts_truncated: boolean;
             code_hash: string;
             correlation_id: string | null;
             /**

@@ -243,6 +243,8 @@ export class Running {
       stderr: JSON.stringify(raw?.stderr ?? ''),
       stdout_truncated: raw?.stdoutTruncated ?? false,
       stderr_truncated: raw?.stderrTruncated ?? false,
+      artifacts_total: raw ? (raw.artifactsTotal ?? raw.artifacts.length) : 0,
+      artifacts_truncated: raw?.artifactsTruncated ?? false,
       timing: JSON.stringify(c.timing),
       resource_usage: JSON.stringify(c.resourceUsage),
       started_at: startedAt,

@@ -40,10 +40,14 @@ export function recordView(row: ExecutionRow, full: boolean, artifacts: Artifact
     timing: row.timing ?? null,
   };
   if (!full) return base;
+  const output = artifacts.filter((a) => a.kind === 'output');
   return {
     ...base,
     job_ref: row.job_ref,
-    artifacts: artifacts.filter((a) => a.kind === 'output').map(artifactView),
+    artifacts: output.map(artifactView),
+    // A record from before the count was kept lists everything it knew of.
+    artifacts_total: row.artifacts_total ?? output.length,
+    artifacts_truncated: row.artifacts_truncated ?? false,
     input_artifacts: inputArtifacts(row),
     resource_usage: row.resource_usage ?? null,
     input_data: row.input_data,

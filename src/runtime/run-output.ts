@@ -33,6 +33,14 @@ export const CONTROL_FILES = [PHASE_FILE, REPORT_FILE, STDOUT_FILE, STDERR_FILE]
 /** Names reserved for input artifacts (SPEC §2.3 `input_artifacts`): listed, never kept. */
 export const RESERVED_ARTIFACT_NAMES = ['_code.py', '_input.json'] as const;
 
+/**
+ * Entries of `/output` listed as artifacts, on either runtime: the first by name (byte order), the
+ * runner's control files and `result.json` not counted. Past it a run's record says
+ * `artifacts_truncated` and still counts every entry in `artifacts_total`. It bounds the rows, the
+ * reads and the time one run's collection costs.
+ */
+export const MAX_ARTIFACT_ENTRIES = 1000;
+
 /** Largest report read; a larger one is ignored (the runner's own is a few hundred bytes). */
 export const MAX_REPORT_BYTES = 64 * 1024;
 

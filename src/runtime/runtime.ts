@@ -109,7 +109,15 @@ export interface RawRun {
   resultJson: string | null;
   /** True when result.json existed but was too large to keep. */
   resultJsonTooLarge?: boolean;
+  /** At most `MAX_ARTIFACT_ENTRIES` of them (`run-output.ts`). */
   artifacts: CollectedFile[];
+  /**
+   * Entries the program left in `/output` (the runner's files and `result.json` aside), listed or
+   * not; a lower bound when the collection stopped early. Absent: `artifacts.length`.
+   */
+  artifactsTotal?: number;
+  /** Not every entry of `/output` is in `artifacts` (over the limit, or the collection stopped early). */
+  artifactsTruncated?: boolean;
 }
 
 /** Health facts a runtime reports for `/health`. */

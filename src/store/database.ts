@@ -47,6 +47,10 @@ export interface ExecutionsTable {
   stderr: Json<string> | null;
   stdout_truncated: Generated<boolean>;
   stderr_truncated: Generated<boolean>;
+  /** Entries the program left in `/output` (listed or not); null for records from before it was counted. */
+  artifacts_total: number | null;
+  /** `/output` held more entries than the record lists. */
+  artifacts_truncated: Generated<boolean>;
   output: Json | null;
   error: Json | null;
   timing: Json | null;

@@ -7,12 +7,20 @@ import * as m0001 from './migrations/0001_initial.ts';
 import * as m0002 from './migrations/0002_json_fidelity.ts';
 import * as m0003 from './migrations/0003_job_type_builds.ts';
 import * as m0004 from './migrations/0004_execution_events.ts';
+import * as m0005 from './migrations/0005_artifact_counts.ts';
 import * as m0006 from './migrations/0006_queue_faults.ts';
 
 /** Static provider: migrations are imported, so bundling and tsx both find them. */
 const provider: MigrationProvider = {
   async getMigrations(): Promise<Record<string, Migration>> {
-    return { '0001_initial': m0001, '0002_json_fidelity': m0002, '0003_job_type_builds': m0003, '0004_execution_events': m0004, '0006_queue_faults': m0006 };
+    return {
+      '0001_initial': m0001,
+      '0002_json_fidelity': m0002,
+      '0003_job_type_builds': m0003,
+      '0004_execution_events': m0004,
+      '0005_artifact_counts': m0005,
+      '0006_queue_faults': m0006,
+    };
   },
 };
 

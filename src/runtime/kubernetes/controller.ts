@@ -477,7 +477,7 @@ export class RunController {
   private resolveRun(run: TrackedRun, observation: RunObservation): void {
     const out = run.state.collection?.ok ? run.state.collection.output : null;
     if (out && (out.rejected.length > 0 || out.truncated)) {
-      this.log.warn({ execution_id: run.state.executionId, rejected: out.rejected, truncated: out.truncated }, 'some outputs were refused');
+      this.log.warn({ execution_id: run.state.executionId, rejected: out.rejected, truncated: out.truncated, artifacts_total: out.artifactsTotal }, 'some outputs were refused');
     }
     // The runner cuts its streams at max_stdout_bytes and says so in its report; a stream file longer
     // than the cap (a runner that did not cut) was cut by the parser. Either way the record says so,
@@ -492,6 +492,8 @@ export class RunController {
       resultJson: out?.resultJson ?? null,
       ...(out?.resultJsonTooLarge ? { resultJsonTooLarge: true } : {}),
       artifacts: out?.artifacts ?? [],
+      artifactsTotal: out?.artifactsTotal ?? 0,
+      artifactsTruncated: out?.artifactsTruncated ?? false,
     });
   }
 }

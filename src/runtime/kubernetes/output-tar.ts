@@ -3,13 +3,20 @@
  * run produced, with limits, as a stream: nothing larger than a limit is ever held in memory, and
  * hostile entries (`../`, absolute names, links, devices, over-long names) never become artifacts.
  * File names, report parsing and content types are the shared ones of `../run-output.ts`.
+ *
+ * The artifact limit is the local runtime's: the first `MAX_ARTIFACT_ENTRIES` top-level entries by
+ * name are listed. tar sends them in directory order, so the parser keeps the smallest names seen so
+ * far and drops the largest when a smaller one arrives; past the limit it reads only headers (and
+ * lets contents through, counted against `maxTotalBytes`) to count what the program wrote.
  */
 import { createHash } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import * as tar from 'tar-stream';
 import {
   contentTypeFor,
+  CONTROL_FILES,
   decodeText,
+  MAX_ARTIFACT_ENTRIES,
   MAX_REPORT_BYTES,
   parseRunnerReport,
   PHASE_FILE,
@@ -29,8 +36,10 @@ export interface OutputLimits {
   maxStdoutBytes: number;
   /** Stop reading the stream after this many bytes of file contents in total. */
   maxTotalBytes: number;
-  /** Stop after this many entries. */
+  /** Stop after this many archive entries (of any kind, nested ones too): bounds the work of counting. */
   maxEntries: number;
+  /** Artifacts listed, the first by name (default `MAX_ARTIFACT_ENTRIES`). */
+  maxArtifacts?: number;
 }
 
 /** An entry that was refused, and why. Never stored. */
@@ -54,6 +63,13 @@ export interface CollectedOutput {
   truncated: boolean;
   /** Entries seen in the archive (0 for an empty stream). */
   entries: number;
+  /**
+   * Top-level entries the program left in `/output`, control files and `result.json` aside, listed
+   * or not; when `truncated`, those seen before the stream was cut (a lower bound).
+   */
+  artifactsTotal: number;
+  /** Not every such entry is in `artifacts`: more than `maxArtifacts`, or the stream was cut. */
+  artifactsTruncated: boolean;
 }
 
 /** Default caps derived from the per-file limits. */
@@ -62,13 +78,18 @@ export function defaultOutputLimits(maxArtifactBytes: number, maxStdoutBytes: nu
     maxArtifactBytes,
     maxStdoutBytes,
     maxTotalBytes: 16 * maxArtifactBytes + 4 * maxStdoutBytes + 1024 * 1024,
-    maxEntries: 1000,
+    // Enough to count a program that wrote many times the limit; a tar header is 512 bytes, so
+    // this also bounds what the API server streams for headers alone (~25 MiB).
+    maxEntries: 50 * MAX_ARTIFACT_ENTRIES,
+    maxArtifacts: MAX_ARTIFACT_ENTRIES,
   };
 }
 
 const MAX_NAME_BYTES = 1024;
 const MAX_SEGMENT_BYTES = 255;
 const STREAM_FILES = { [STDOUT_FILE]: 'stdout', [STDERR_FILE]: 'stderr' } as const;
+/** Top-level names that are never the program's artifacts, whatever their type. */
+const NOT_ARTIFACTS: ReadonlySet<string> = new Set([...CONTROL_FILES, RESULT_FILE]);
 
 /**
  * The artifact name of a tar entry, or why it is refused. `tar -C /output -cf - .` names entries
@@ -107,6 +128,8 @@ export function emptyOutput(): CollectedOutput {
     rejected: [],
     truncated: false,
     entries: 0,
+    artifactsTotal: 0,
+    artifactsTruncated: false,
   };
 }
 
@@ -120,6 +143,29 @@ export function parseOutputTar(source: Readable, limits: OutputLimits): Promise<
   const seen = new Set<string>();
   let totalBytes = 0;
   let entries = 0;
+  const maxArtifacts = limits.maxArtifacts ?? MAX_ARTIFACT_ENTRIES;
+  // Index in out.artifacts of the largest name, recomputed after a change (null: unknown).
+  let largest: number | null = null;
+  /**
+   * Counts a new top-level entry; true when it gets a place in the list, evicting the largest name
+   * kept if the list is full and this one sorts before it.
+   */
+  const admit = (name: string): boolean => {
+    out.artifactsTotal++;
+    const list = out.artifacts;
+    if (list.length < maxArtifacts) {
+      largest = null;
+      return true;
+    }
+    if (largest === null) {
+      largest = 0;
+      for (let i = 1; i < list.length; i++) if (list[i]!.name > list[largest]!.name) largest = i;
+    }
+    if (!(name < list[largest]!.name)) return false;
+    list.splice(largest, 1);
+    largest = null;
+    return true;
+  };
 
   return new Promise<CollectedOutput>((resolve, reject) => {
     const extract = tar.extract();
@@ -130,6 +176,7 @@ export function parseOutputTar(source: Readable, limits: OutputLimits): Promise<
       source.unpipe(extract);
       // tar lists a directory in readdir order; the local runtime lists /output sorted by name.
       out.artifacts.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+      out.artifactsTruncated = out.truncated || out.artifactsTotal > out.artifacts.length;
       if (err) reject(err);
       else resolve(out);
     };
@@ -196,11 +243,14 @@ export function parseOutputTar(source: Readable, limits: OutputLimits): Promise<
       if (name === '') return skip();
       // Artifacts are the files directly in /output, as on the local runtime: a subdirectory is
       // listed once as not kept, and nothing below it is read.
+      // (A control file's or result.json's name is never an artifact, as on the local runtime.)
       const top = name.split('/')[0]!;
       if (type === 'directory' || top !== name) {
         if (!seen.has(top)) {
           seen.add(top);
-          out.artifacts.push({ name: top, size: 0, sha256: EMPTY_SHA256, contentType: contentTypeFor(top), skipped: 'not_regular' });
+          if (!NOT_ARTIFACTS.has(top) && admit(top)) {
+            out.artifacts.push({ name: top, size: 0, sha256: EMPTY_SHA256, contentType: contentTypeFor(top), skipped: 'not_regular' });
+          }
         }
         return skip();
       }
@@ -212,7 +262,7 @@ export function parseOutputTar(source: Readable, limits: OutputLimits): Promise<
       if (!regular) {
         // Links, devices, fifos: the archive holds no contents for them and a link could point
         // anywhere. Control files of this kind are treated as absent.
-        if (!(topLevel && (name in STREAM_FILES || name === REPORT_FILE || name === PHASE_FILE || name === RESULT_FILE))) {
+        if (!NOT_ARTIFACTS.has(name) && admit(name)) {
           out.artifacts.push({ name, size: 0, sha256: EMPTY_SHA256, contentType: contentTypeFor(name), skipped: 'not_regular' });
         }
         return skip();
@@ -239,6 +289,8 @@ export function parseOutputTar(source: Readable, limits: OutputLimits): Promise<
           else out.resultJson = decodeText(kept);
         });
       }
+      // Past the limit an entry is only counted; its contents go by unread.
+      if (!admit(name)) return skip();
       const reserved = topLevel && (RESERVED_ARTIFACT_NAMES as readonly string[]).includes(name);
       const tooLarge = header.size !== undefined && header.size > limits.maxArtifactBytes;
       return read(reserved || tooLarge ? 0 : limits.maxArtifactBytes, (kept, size, sha256) => {

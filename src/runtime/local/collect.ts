@@ -7,7 +7,8 @@
  *
  * Decision on subdirectories: they are not descended into. A subdirectory, like a symlink or any other
  * non-regular entry, is listed as an artifact with `skipped: 'not_regular'` and no data, so the caller
- * can tell the user it was there. At most {@link MAX_ARTIFACT_ENTRIES} entries are looked at.
+ * can tell the user it was there. At most `MAX_ARTIFACT_ENTRIES` (`../run-output.ts`) entries are
+ * listed, the first by name; the rest are counted only (`artifactsTotal`, `artifactsTruncated`).
  * File names, report parsing and content types are the shared ones of `../run-output.ts`.
  *
  * {@link collectRun} is the last step of a run: streams, report, result and artifacts, whether the
@@ -21,6 +22,7 @@ import {
   CONTROL_FILES,
   contentTypeFor,
   decodeText,
+  MAX_ARTIFACT_ENTRIES,
   MAX_REPORT_BYTES,
   parseRunnerReport,
   REPORT_FILE,
@@ -32,8 +34,6 @@ import {
 import type { CollectedFile, RawRun, RunnerReport, RunObservation } from '../runtime.ts';
 import { EXECUTION_MARKER, type LaunchResult } from './proc.ts';
 
-/** Entries of /output looked at; the rest are ignored. */
-export const MAX_ARTIFACT_ENTRIES = 1000;
 /** Reads a regular file without following symlinks; null when absent or not a regular file. */
 export function readRegularFile(file: string, cap: number): { data: Buffer; size: number; tooLarge: boolean } | null {
   let fd: number;
@@ -72,30 +72,43 @@ export function readStream(outputDir: string, name: typeof STDOUT_FILE | typeof 
   return { text: decodeText(f.data), truncated: f.tooLarge };
 }
 
+/** What {@link collectOutputs} found in an output directory. */
+export interface CollectedOutputs {
+  resultJson: string | null;
+  resultJsonTooLarge: boolean;
+  /** The first `MAX_ARTIFACT_ENTRIES` entries by name. */
+  artifacts: CollectedFile[];
+  /** Every entry the program left (control files and `result.json` aside). */
+  artifactsTotal: number;
+  /** More entries than were listed. */
+  artifactsTruncated: boolean;
+}
+
 /** `result.json` text and the artifacts of an output directory. */
-export function collectOutputs(outputDir: string, maxArtifactBytes: number): { resultJson: string | null; resultJsonTooLarge: boolean; artifacts: CollectedFile[] } {
+export function collectOutputs(outputDir: string, maxArtifactBytes: number): CollectedOutputs {
   let entries: string[];
   try {
     entries = readdirSync(outputDir);
   } catch {
-    return { resultJson: null, resultJsonTooLarge: false, artifacts: [] };
+    return { resultJson: null, resultJsonTooLarge: false, artifacts: [], artifactsTotal: 0, artifactsTruncated: false };
   }
   const control = new Set<string>(CONTROL_FILES);
   const reserved = new Set<string>(RESERVED_ARTIFACT_NAMES);
   let resultJson: string | null = null;
   let resultJsonTooLarge = false;
+  const result = readRegularFile(path.join(outputDir, RESULT_FILE), maxArtifactBytes);
+  if (result) {
+    resultJsonTooLarge = result.tooLarge;
+    resultJson = result.tooLarge ? null : decodeText(result.data);
+  }
+  // The runner's files and result.json take no slot: they are not the program's artifacts, and a
+  // program writing many files must not push its own result out of the list.
+  const written = entries.filter((name) => !control.has(name) && name !== RESULT_FILE);
+  // The tar parser's order (JavaScript's `<`, UTF-16 code units): the same names are kept on either runtime.
+  written.sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
   const artifacts: CollectedFile[] = [];
-  for (const name of entries.sort().slice(0, MAX_ARTIFACT_ENTRIES)) {
-    if (control.has(name)) continue;
+  for (const name of written.slice(0, MAX_ARTIFACT_ENTRIES)) {
     const file = path.join(outputDir, name);
-    if (name === RESULT_FILE) {
-      const f = readRegularFile(file, maxArtifactBytes);
-      if (f) {
-        resultJsonTooLarge = f.tooLarge;
-        resultJson = f.tooLarge ? null : decodeText(f.data);
-      }
-      continue;
-    }
     const meta = { name, sha256: '', contentType: contentTypeFor(name) };
     let st;
     try {
@@ -126,7 +139,7 @@ export function collectOutputs(outputDir: string, maxArtifactBytes: number): { r
     }
     artifacts.push({ ...meta, size: f.data.length, sha256: createHash('sha256').update(f.data).digest('hex'), data: f.data });
   }
-  return { resultJson, resultJsonTooLarge, artifacts };
+  return { resultJson, resultJsonTooLarge, artifacts, artifactsTotal: written.length, artifactsTruncated: written.length > MAX_ARTIFACT_ENTRIES };
 }
 
 /** A captured stream as the runner would have kept it: the first `cap` bytes (the caps let one more through). */
@@ -188,5 +201,7 @@ export function collectRun(outputDir: string, res: LaunchResult, obs: RunObserva
     resultJson: collected.resultJson,
     ...(collected.resultJsonTooLarge ? { resultJsonTooLarge: true } : {}),
     artifacts: collected.artifacts,
+    artifactsTotal: collected.artifactsTotal,
+    artifactsTruncated: collected.artifactsTruncated,
   };
 }

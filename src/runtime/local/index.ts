@@ -5,4 +5,4 @@ export { candidateEngines, ENGINE_ORDER, type EngineName } from './engines.ts';
 export { EXECUTION_GRACE_MS } from './proc.ts';
 export { programEnv } from './runner-command.ts';
 export { instanceRoot } from './workspace.ts';
-export { MAX_ARTIFACT_ENTRIES } from './collect.ts';
+export { MAX_ARTIFACT_ENTRIES } from '../run-output.ts';

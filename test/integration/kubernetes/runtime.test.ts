@@ -51,6 +51,7 @@ describe('kubernetes runtime against the fake API server', () => {
     expect(raw.artifacts.map((a) => a.name).sort()).toEqual(['plot.png', 'sub']);
     expect(raw.artifacts.find((a) => a.name === 'sub')).toMatchObject({ skipped: 'not_regular' });
     expect(raw.artifacts.find((a) => a.name === 'plot.png')).toMatchObject({ contentType: 'image/png', size: 2 });
+    expect(raw).toMatchObject({ artifactsTotal: 2, artifactsTruncated: false });
     // The Secret is owned by the Job, so the Job's deletion (or TTL) removes it.
     const job = fake.get('jobs', 'sandpod-jobs', jobNameFor(s.executionId))!;
     const secret = fake.get('secrets', 'sandpod-jobs', jobNameFor(s.executionId))!;
@@ -60,6 +61,21 @@ describe('kubernetes runtime against the fake API server', () => {
     await fake.waitFor(() => fake.get('jobs', 'sandpod-jobs', jobNameFor(s.executionId))?.status?.conditions?.[0]?.type === 'Complete', 2000, 'job complete');
     const calls = fake.apiCalls(before).map((r) => `${r.method} ${r.path}`);
     expect(calls.length).toBeLessThanOrEqual(8);
+  });
+
+  it('a run writing 1,500 files: the first 1,000 by name listed, all counted, the list flagged, the result kept', async () => {
+    const s = spec();
+    const running = rt.run(s);
+    const pod = await podOf(fake, s);
+    fake.schedule(pod);
+    fake.mainRunning(pod);
+    const files = Object.fromEntries(Array.from({ length: 1500 }, (_, i) => [`f${String(i).padStart(4, '0')}.txt`, `${i}`]));
+    fake.setOutput(pod, { phase: 'completed', report: { phase: 'completed', exit_code: 0 }, result: '{"n": 1500}', files });
+    fake.mainTerminated(pod, 0);
+    const raw = await running;
+    expect(raw).toMatchObject({ resultJson: '{"n": 1500}', artifactsTotal: 1500, artifactsTruncated: true });
+    expect(raw.artifacts).toHaveLength(1000);
+    expect(raw.artifacts.at(-1)).toMatchObject({ name: 'f0999.txt', size: 3 });
   });
 });
 

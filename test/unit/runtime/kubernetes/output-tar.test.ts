@@ -1,7 +1,7 @@
 import { PassThrough, Readable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import { normalizeEntryName, parseOutputTar, type OutputLimits } from '../../../../src/runtime/kubernetes/output-tar.ts';
-import { contentTypeFor } from '../../../../src/runtime/run-output.ts';
+import { defaultOutputLimits, normalizeEntryName, parseOutputTar, type OutputLimits } from '../../../../src/runtime/kubernetes/output-tar.ts';
+import { contentTypeFor, MAX_ARTIFACT_ENTRIES } from '../../../../src/runtime/run-output.ts';
 import { makeTar, outputTar, type TarEntry } from '../../../support/fake-kube/tar.ts';
 
 const limits: OutputLimits = { maxArtifactBytes: 1000, maxStdoutBytes: 10, maxTotalBytes: 100_000, maxEntries: 50 };
@@ -27,6 +27,7 @@ describe('parseOutputTar', () => {
     ]);
     expect(out.artifacts[1]!.skipped).toBe('not_regular');
     expect(out.artifacts[0]!.sha256).toBe('2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824');
+    expect(out).toMatchObject({ artifactsTotal: 2, artifactsTruncated: false });
   });
 
   it('caps stdout/stderr at maxStdoutBytes and says so', async () => {
@@ -52,6 +53,10 @@ describe('parseOutputTar', () => {
     const out = await parse(await outputTar({ files }), { ...limits, maxTotalBytes: 5000 });
     expect(out.truncated).toBe(true);
     expect(out.artifacts.length).toBeLessThan(20);
+    // Not every entry was seen: the count is what was, and the record says the list is incomplete.
+    expect(out.artifactsTruncated).toBe(true);
+    expect(out.artifactsTotal).toBeGreaterThanOrEqual(out.artifacts.length);
+    expect(out.artifactsTotal).toBeLessThan(20);
   });
 
   it('stops at the entry cap', async () => {
@@ -59,6 +64,40 @@ describe('parseOutputTar', () => {
     const out = await parse(await outputTar({ files }), { ...limits, maxEntries: 10 });
     expect(out.truncated).toBe(true);
     expect(out.artifacts.length).toBeLessThanOrEqual(10);
+    expect(out.artifactsTruncated).toBe(true);
+    expect(out.artifactsTotal).toBeLessThanOrEqual(10);
+  });
+
+  describe('the artifact limit (issue 22): listed up to maxArtifacts, every entry counted', () => {
+    const numbered = (n: number, width = 2) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`f${String(i).padStart(width, '0')}.txt`, `${i}`]));
+
+    it('over the limit: the first by name are kept (as on the local runtime), the rest counted, result and streams still read', async () => {
+      const out = await parse(await outputTar({ stdout: 'out', report: { exit_code: 0 }, result: '{"ok":1}', files: numbered(30) }), { ...limits, maxArtifacts: 10 });
+      expect(out.artifacts.map((a) => a.name)).toEqual(Object.keys(numbered(10)));
+      expect(out.artifacts.map((a) => a.data?.toString())).toEqual(Object.values(numbered(10)));
+      expect(out).toMatchObject({ artifactsTotal: 30, artifactsTruncated: true, truncated: false, resultJson: '{"ok":1}', stdout: 'out', report: { exit_code: 0 } });
+    });
+
+    it('whatever order the archive lists them in, and a subdirectory takes one slot', async () => {
+      const names = ['m.txt', 'b.txt', 'z.txt', 'a.txt', 'k.txt', 'c.txt'];
+      const out = await parse([...names.map((n) => ({ name: `./${n}`, data: n })), { name: './d/', type: 'directory' }, { name: './d/x.txt', data: 'x' }], { ...limits, maxArtifacts: 4 });
+      expect(out.artifacts.map((a) => a.name)).toEqual(['a.txt', 'b.txt', 'c.txt', 'd']);
+      expect(out.artifacts.map((a) => a.data?.toString())).toEqual(['a.txt', 'b.txt', 'c.txt', undefined]);
+      expect(out).toMatchObject({ artifactsTotal: 7, artifactsTruncated: true });
+    });
+
+    it('exactly at the limit: nothing flagged (control files and result.json take no slot)', async () => {
+      const out = await parse(await outputTar({ phase: 'completed', stdout: 'x', report: {}, result: '1', files: numbered(10) }), { ...limits, maxArtifacts: 10 });
+      expect(out.artifacts).toHaveLength(10);
+      expect(out).toMatchObject({ artifactsTotal: 10, artifactsTruncated: false });
+    });
+
+    it('1,500 files through the real tar with the default limits: 1,000 listed, 1,500 counted', async () => {
+      const out = await parse(await outputTar({ stdout: 'done', files: numbered(1500, 4) }), defaultOutputLimits(1000, 1000));
+      expect(out.artifacts).toHaveLength(MAX_ARTIFACT_ENTRIES);
+      expect(out.artifacts.at(-1)!.name).toBe(`f${String(MAX_ARTIFACT_ENTRIES - 1).padStart(4, '0')}.txt`);
+      expect(out).toMatchObject({ artifactsTotal: 1500, artifactsTruncated: true, truncated: false, stdout: 'done' });
+    });
   });
 
   it('refuses hostile names and never turns links or devices into data', async () => {

@@ -3,7 +3,7 @@ import { mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { collectOutputs, collectRun, readReport, readStream } from '../../../../src/runtime/local/collect.ts';
-import { baseObservation } from '../../../../src/runtime/run-output.ts';
+import { baseObservation, MAX_ARTIFACT_ENTRIES } from '../../../../src/runtime/run-output.ts';
 import type { LaunchResult } from '../../../../src/runtime/local/proc.ts';
 
 function outDir(): string {
@@ -46,6 +46,45 @@ describe('collectOutputs', () => {
     const d = outDir();
     symlinkSync('/etc/hostname', path.join(d, 'result.json'));
     expect(collectOutputs(d, 1000).resultJson).toBeNull();
+  });
+});
+
+describe('collectOutputs: the artifact limit (issue 22)', () => {
+  /** `n` one-byte files `f0000.txt`…, plus the runner's control files and a result.json. */
+  function outputs(n: number): string {
+    const d = outDir();
+    for (const f of ['.svc_phase', '.svc_report.json', '.svc_stdout', '.svc_stderr']) writeFileSync(path.join(d, f), '{}');
+    writeFileSync(path.join(d, 'result.json'), '{"ok":true}');
+    for (let i = 0; i < n; i++) writeFileSync(path.join(d, `f${String(i).padStart(4, '0')}.txt`), 'x');
+    return d;
+  }
+
+  it('over the limit: keeps the first MAX_ARTIFACT_ENTRIES by name, counts them all, flags it, still reads result.json', () => {
+    const r = collectOutputs(outputs(1500), 100);
+    expect(r.artifacts).toHaveLength(MAX_ARTIFACT_ENTRIES);
+    expect(r.artifacts[0]!.name).toBe('f0000.txt');
+    expect(r.artifacts.at(-1)!.name).toBe(`f${String(MAX_ARTIFACT_ENTRIES - 1).padStart(4, '0')}.txt`);
+    expect(r).toMatchObject({ artifactsTotal: 1500, artifactsTruncated: true, resultJson: '{"ok":true}' });
+  });
+
+  it('exactly at the limit: every file kept (control files take no slot), not truncated', () => {
+    const r = collectOutputs(outputs(MAX_ARTIFACT_ENTRIES), 100);
+    expect(r.artifacts).toHaveLength(MAX_ARTIFACT_ENTRIES);
+    expect(r).toMatchObject({ artifactsTotal: MAX_ARTIFACT_ENTRIES, artifactsTruncated: false });
+  });
+
+  it('under the limit: not truncated; skipped entries count as written', () => {
+    const d = outputs(3);
+    mkdirSync(path.join(d, 'sub'));
+    writeFileSync(path.join(d, 'big.bin'), 'x'.repeat(200));
+    const r = collectOutputs(d, 100);
+    expect(r).toMatchObject({ artifactsTotal: 5, artifactsTruncated: false });
+    expect(r.artifacts).toHaveLength(5);
+  });
+
+  it('an empty or missing /output: nothing written', () => {
+    expect(collectOutputs(outDir(), 100)).toMatchObject({ artifacts: [], artifactsTotal: 0, artifactsTruncated: false });
+    expect(collectOutputs('/nonexistent/sandpod-output', 100)).toMatchObject({ artifactsTotal: 0, artifactsTruncated: false });
   });
 });
 
