@@ -26,7 +26,15 @@ const provider: MigrationProvider = {
 
 /** Applies every pending migration; throws with the failing migration's error. */
 export async function migrateToLatest(db: Kysely<any>): Promise<void> {
-  const migrator = new Migrator({ db, provider, migrationTableName: 'sandpod_migrations', migrationLockTableName: 'sandpod_migrations_lock' });
+  // Numbers are handed out before the work lands, so a database can have run 0006 before 0005
+  // existed; each migration stands alone, so a late lower number is applied rather than refused.
+  const migrator = new Migrator({
+    db,
+    provider,
+    migrationTableName: 'sandpod_migrations',
+    migrationLockTableName: 'sandpod_migrations_lock',
+    allowUnorderedMigrations: true,
+  });
   const { error, results } = await migrator.migrateToLatest();
   const failed = results?.find((r) => r.status === 'Error');
   if (error) throw new Error(`migration ${failed?.migrationName ?? ''} failed: ${(error as Error).message ?? String(error)}`);
