@@ -61,10 +61,14 @@ describe('egress proxy process (src/egress/main.ts)', () => {
     const keyFile = path.join(dir, 'key');
     writeFileSync(keyFile, `${KEY}\n`);
     const port = await freePort();
-    const p = start({ SANDPOD_EGRESS_KEY_FILE: keyFile, SANDPOD_EGRESS_PORT: String(port), SANDPOD_EGRESS_HOST: '127.0.0.1', SVC_LOG_FORMAT: 'json' });
+    const healthPort = await freePort();
+    const p = start({ SANDPOD_EGRESS_KEY_FILE: keyFile, SANDPOD_EGRESS_PORT: String(port), SANDPOD_EGRESS_HEALTH_PORT: String(healthPort), SANDPOD_EGRESS_HOST: '127.0.0.1', SVC_LOG_FORMAT: 'json' });
     const exited = new Promise<number | null>((r) => p.child.once('exit', (code) => r(code)));
     try {
       await until(() => p.out().includes('egress proxy listening'), 'listening');
+      expect(await fetch(`http://127.0.0.1:${healthPort}/livez`).then((r) => r.status)).toBe(200);
+      const ready = await fetch(`http://127.0.0.1:${healthPort}/readyz`);
+      expect([ready.status, await ready.json()]).toEqual([200, { status: 'ready', admitted: 0, pending: 0, max_connections: 1024, max_pending: 1024 }]);
       const url = new URL(egressProxyUrl(`http://127.0.0.1:${port}`, { executionId: RUN, allowedHosts: [`127.0.0.1:${sitePort}`], expiresAtMs: Date.now() + 60_000 }, KEY));
       const auth = `Basic ${Buffer.from(`${decodeURIComponent(url.username)}:${url.password}`).toString('base64')}`;
       expect(await get(port, `http://127.0.0.1:${sitePort}/`, auth)).toBe(200);
