@@ -7,6 +7,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import * as v from 'valibot';
 import YAML from 'yaml';
+import { HttpConfigSchema } from './api/http-config.ts';
 import { isHostPattern } from './jobtypes/host-patterns.ts';
 
 const MEMORY_RE = /^\d+(\.\d+)?\s*([kKmMgG]i?|[bB])?$/;
@@ -118,6 +119,8 @@ export const ConfigSchema = v.pipe(
       }),
       {},
     ),
+    /** Allowed Host names without authentication, event-stream caps (api/http-config.ts). */
+    http: HttpConfigSchema,
     /** `json` (one object per line), `pretty` (for people), or `auto`: pretty when stdout is a terminal. */
     log_format: v.optional(v.picklist(['auto', 'json', 'pretty']), 'auto'),
     /** Largest accepted `code`, in bytes of UTF-8. */
@@ -331,7 +334,8 @@ export function readConfigFile(file: string): unknown {
 /**
  * Builds the frozen configuration from a raw object (file contents) and the environment.
  * Env wins over the file: `SVC_WORKSPACE`, `SVC_DATABASE_URL`, `PORT`, `SVC_HOST`, `SVC_LOG_LEVEL`,
- * `SVC_LOG_FORMAT`, `SVC_API_TOKENS` (comma-separated) and `SVC_API_TOKENS_FILE`.
+ * `SVC_LOG_FORMAT`, `SVC_API_TOKENS` (comma-separated), `SVC_API_TOKENS_FILE` and `SVC_ALLOWED_HOSTS`
+ * (comma-separated, replaces `http.allowed_hosts`).
  */
 export function parseConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env): Config {
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
@@ -348,6 +352,10 @@ export function parseConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env):
     if (env.SVC_API_TOKENS) auth.tokens = env.SVC_API_TOKENS.split(',').map((t) => t.trim()).filter(Boolean);
     if (env.SVC_API_TOKENS_FILE) auth.tokens_file = env.SVC_API_TOKENS_FILE;
     merged.auth = auth;
+  }
+  if (env.SVC_ALLOWED_HOSTS) {
+    const http = { ...((merged.http as Record<string, unknown> | undefined) ?? {}) };
+    merged.http = { ...http, allowed_hosts: env.SVC_ALLOWED_HOSTS.split(',').map((h) => h.trim()).filter(Boolean) };
   }
   if (env.PORT !== undefined && env.PORT !== '') {
     const port = Number(env.PORT);

@@ -8,6 +8,8 @@ export const ERROR_STATUS = {
   /** The service's configuration refuses the request (production_mode without a built environment). */
   config_error: 400,
   unauthorized: 401,
+  /** Authentication is off and the request's Host or Origin is not one the local default answers (issue 22). */
+  forbidden: 403,
   not_found: 404,
   wait_timeout: 408,
   idempotency_conflict: 409,
@@ -16,6 +18,8 @@ export const ERROR_STATUS = {
   build_failed: 422,
   payload_too_large: 413,
   unsupported_media_type: 415,
+  /** A cap on concurrent use was reached (event streams per token or in all); retry later. */
+  too_many_requests: 429,
   queue_full: 503,
   service_unavailable: 503,
   shutting_down: 503,

@@ -205,7 +205,8 @@ export function unisolatedExposure(engine: string, host: string): string | null 
 /** Starts the HTTP server for a service. */
 export function listen(service: Service, port = service.config.port, host = service.config.host): Promise<ServerType> {
   return new Promise((resolve) => {
-    const server = serve({ fetch: service.app.fetch, port, hostname: host }, () => resolve(server));
+    // Unread request bodies are discarded by the app itself, with longer bounds (api/middleware/body-rules.ts).
+    const server = serve({ fetch: service.app.fetch, port, hostname: host, autoCleanupIncoming: false }, () => resolve(server));
   });
 }
 

@@ -11,6 +11,12 @@ import type { ExecutionRow } from './store/database.ts';
 /** prom-client default gauges that repeat `sum(<name without _total>)` under a counter's suffix. */
 const SUM_GAUGES = ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total'];
 
+/** The API tokens' state, read at scrape time. */
+export interface AuthStats {
+  fileErrors: number;
+  failed: boolean;
+}
+
 /** The service's metrics. */
 export class Metrics {
   readonly registry = new Registry();
@@ -24,6 +30,7 @@ export class Metrics {
   readonly httpRequests: Counter<'method' | 'route' | 'status'>;
   readonly httpDuration: Histogram<'method' | 'route'>;
   private warmSource: () => WarmPoolStats[] = () => [];
+  private authSource: () => AuthStats | null = () => null;
 
   constructor(opts: { defaultMetrics?: boolean } = {}) {
     const registers = [this.registry];
@@ -109,6 +116,25 @@ export class Metrics {
         }
       },
     });
+    // API tokens (issue 22): a tokens file whose change left it unusable refuses every request.
+    const auth = () => this.authSource();
+    new Counter({
+      name: 'sandpod_auth_tokens_file_errors_total',
+      help: 'Changes of the API tokens file that left it unusable (missing, unreadable, invalid or empty): every request is refused until it is fixed',
+      registers,
+      collect() {
+        this.reset();
+        this.inc(auth()?.fileErrors ?? 0);
+      },
+    });
+    new Gauge({
+      name: 'sandpod_auth_tokens_file_failed',
+      help: '1 while the API tokens file is unusable and no token is accepted, else 0',
+      registers,
+      collect() {
+        this.set(auth()?.failed ? 1 : 0);
+      },
+    });
     if (opts.defaultMetrics) {
       // prom-client's standard names (process_*, nodejs_*), unprefixed, so stock dashboards and
       // alerts find them.
@@ -122,6 +148,11 @@ export class Metrics {
   /** Where the warm sandbox series come from (the runtime's pools). */
   watchWarmPool(source: () => WarmPoolStats[]): void {
     this.warmSource = source;
+  }
+
+  /** Where the API tokens' state comes from (api/middleware/auth.ts). */
+  watchAuth(source: () => AuthStats | null): void {
+    this.authSource = source;
   }
 
   /** Records a run that started (queue wait for async jobs). */

@@ -6,6 +6,8 @@ import { AppError } from '../errors.ts';
 import type { AppDeps, AppEnv } from './deps.ts';
 import { errorResponse } from './errors.ts';
 import { bearerAuth } from './middleware/auth.ts';
+import { discardUnreadBodies, jsonBodiesOnly } from './middleware/body-rules.ts';
+import { hostGuard } from './middleware/host-guard.ts';
 import { httpMetrics } from './middleware/http-metrics.ts';
 import { requestContext } from './middleware/request-context.ts';
 import { dlqRoutes } from './routes/dlq.ts';
@@ -25,8 +27,17 @@ export function createApp(deps: AppDeps): Hono<AppEnv> {
   const app = new Hono<AppEnv>();
   app.use('*', httpMetrics(deps.metrics));
   app.use('*', requestContext(deps.logger));
+  // A body an early answer left unread is discarded after it, so the client can read that answer.
+  app.use('*', discardUnreadBodies(deps.config.max_body_bytes));
+  const tokens = deps.tokens;
+  // Without tokens, only loopback (or listed) Host names and same-origin pages (DNS rebinding, CSRF).
+  if (!tokens?.enabled) app.use('*', hostGuard(deps.config.http.allowed_hosts));
+  app.use('*', jsonBodiesOnly());
   app.route('/', uiRoutes()); // before the token check: the console must load to ask for the token
-  if (deps.tokens?.enabled) app.use('*', bearerAuth(deps.tokens));
+  if (tokens?.enabled) {
+    app.use('*', bearerAuth(tokens));
+    deps.metrics.watchAuth(() => ({ fileErrors: tokens.fileErrors, failed: tokens.failed }));
+  }
   // Bodies are read (and capped at max_body_bytes) by the routes that take one (bodyValidator, api/openapi.ts).
   // /openapi.json is generated from the routes declared here, read when it is first asked for.
   app.route('/', executeRoutes(deps));

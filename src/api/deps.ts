@@ -40,5 +40,10 @@ export interface AppEnv {
   Variables: {
     correlationId: string;
     logger: Logger;
+    /**
+     * Who the request is trusted as: a token's short name (auth on, a valid token), `local` (auth off,
+     * an allowed Host), absent otherwise. Gates `/health`'s details and keys the event-stream caps.
+     */
+    principal?: string;
   };
 }

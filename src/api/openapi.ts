@@ -35,11 +35,13 @@ export type ResponseDoc = NonNullable<DescribeRouteOptions['responses']>[string]
 
 const ERROR_TEXT: Record<number, string> = {
   400: 'Invalid request: the detail names the field and the problem',
+  403: 'Authentication is off and the Host or Origin is not allowed (see http.allowed_hosts)',
   404: 'Not found',
   408: 'The wait ran out before the job finished',
   409: 'Conflict with the job\'s state',
   413: 'Request body larger than max_body_bytes',
   415: 'Request body is not application/json',
+  429: 'Too many concurrent event streams (per token or in all); retry later',
   500: 'Internal error; quote the correlation id',
   501: 'Not implemented',
   503: 'Queue full, service degraded or shutting down',

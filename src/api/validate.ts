@@ -9,10 +9,12 @@ import { incomingOf, requestHeader } from './request-header.ts';
 /**
  * The request body as text, at most `limit` bytes (413 beyond). On a real socket it is read straight
  * from Node's IncomingMessage: no web-stream wrapping, and an oversized body is refused from its
- * Content-Length before a byte is read.
+ * Content-Length before a byte is read. Listeners, not `for await`: leaving a `for await` early
+ * destroys the stream (and the socket with it), so the 413 could not be read by the client; here the
+ * rest is left to the clean-up of middleware/body-rules.ts, which discards it before closing.
  */
 export async function readBody(c: Context, limit: number): Promise<string> {
-  const tooLarge = () => new AppError('payload_too_large', `request body exceeds ${limit} bytes`);
+  const tooLarge = () => new AppError('payload_too_large', `request body exceeds ${limit} bytes (max_body_bytes)`);
   const incoming = incomingOf(c);
   if (!incoming) {
     const text = await c.req.text();
@@ -20,14 +22,35 @@ export async function readBody(c: Context, limit: number): Promise<string> {
     return text;
   }
   if (Number(incoming.headers['content-length'] ?? 0) > limit) throw tooLarge();
-  const chunks: Buffer[] = [];
-  let total = 0;
-  for await (const chunk of incoming as AsyncIterable<Buffer>) {
-    total += chunk.length;
-    if (total > limit) throw tooLarge();
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks, total).toString('utf8');
+  if (incoming.readableEnded) return '';
+  return new Promise<string>((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let total = 0;
+    const settle = (err: Error | null) => {
+      incoming.off('data', onData);
+      incoming.off('end', onEnd);
+      incoming.off('error', onError);
+      incoming.off('close', onClose);
+      if (err) {
+        incoming.pause();
+        reject(err);
+      } else resolve(Buffer.concat(chunks, total).toString('utf8'));
+    };
+    const onData = (chunk: Buffer) => {
+      total += chunk.length;
+      if (total > limit) settle(tooLarge());
+      else chunks.push(chunk);
+    };
+    const onEnd = () => settle(null);
+    const onError = (err: Error) => settle(new AppError('bad_request', `request body could not be read: ${err.message}`));
+    const onClose = () => {
+      if (!incoming.complete) settle(new AppError('bad_request', 'the client closed the connection before the request body was complete'));
+    };
+    incoming.on('data', onData);
+    incoming.once('end', onEnd);
+    incoming.once('error', onError);
+    incoming.once('close', onClose);
+  });
 }
 
 /**

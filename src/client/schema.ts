@@ -161,7 +161,7 @@ export interface paths {
         };
         /**
          * Health
-         * @description Degraded (with `reasons`) when the sandbox engine is unavailable or reports a problem (a failed preflight of run pods), the circuit breaker is open or the database does not answer.
+         * @description Degraded (with `reasons`) when the sandbox engine is unavailable or reports a problem (a failed preflight of run pods), the circuit breaker is open or the database does not answer. The details need a valid token when authentication is on (an allowed Host when it is off); without, the body is only `{status}` (HealthStatus).
          */
         get: operations["getHealth"];
         put?: never;
@@ -569,7 +569,7 @@ export interface components {
              * @description Stable machine-readable code
              * @enum {string}
              */
-            code: "bad_request" | "validation_error" | "config_error" | "unauthorized" | "not_found" | "wait_timeout" | "idempotency_conflict" | "conflict" | "build_failed" | "payload_too_large" | "unsupported_media_type" | "queue_full" | "service_unavailable" | "shutting_down" | "database_unavailable" | "internal_error" | "not_implemented";
+            code: "bad_request" | "validation_error" | "config_error" | "unauthorized" | "forbidden" | "not_found" | "wait_timeout" | "idempotency_conflict" | "conflict" | "build_failed" | "payload_too_large" | "unsupported_media_type" | "too_many_requests" | "queue_full" | "service_unavailable" | "shutting_down" | "database_unavailable" | "internal_error" | "not_implemented";
             /** @description Also in the X-Correlation-ID header and the logs */
             correlation_id: string;
             /** @description What went wrong, for a person */
@@ -782,6 +782,11 @@ export interface components {
             /** @enum {string} */
             status: "healthy" | "degraded" | "draining";
             version: string;
+        };
+        /** @description GET /health without a valid token (authentication on) or from a Host that is not allowed (authentication off): the status alone. */
+        HealthStatus: {
+            /** @enum {string} */
+            status: "healthy" | "degraded";
         };
         IdempotencyConflict: {
             /** @constant */
@@ -1361,7 +1366,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Health"];
+                    "application/json": components["schemas"]["Health"] | components["schemas"]["HealthStatus"];
                 };
             };
             /** @description Degraded, or draining (shutting down) */
@@ -1370,7 +1375,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Health"];
+                    "application/json": components["schemas"]["Health"] | components["schemas"]["HealthStatus"];
                 };
             };
         };

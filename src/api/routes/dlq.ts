@@ -2,6 +2,7 @@
 import { Hono } from 'hono';
 import { describeRoute } from 'hono-openapi';
 import { AppError } from '../../errors.ts';
+import { noBody } from '../middleware/body-rules.ts';
 import type { AppDeps, AppEnv } from '../deps.ts';
 import { errorResponses, jsonResponse, pathParam, queryValidator } from '../openapi.ts';
 import { DlqDeletedSchema, DlqPageSchema, DlqStatsSchema, exactJson } from '../responses.ts';
@@ -43,6 +44,7 @@ export function dlqRoutes(deps: AppDeps) {
       parameters: [pathParam('id', 'Entry id', '^\\d{1,15}$')],
       responses: { 200: jsonResponse('Deleted', DlqDeletedSchema), ...errorResponses(400, 404) },
     }),
+    noBody(),
     async (c) => {
       const raw = c.req.param('id');
       if (!/^\d{1,15}$/.test(raw)) throw new AppError('bad_request', `DLQ entry id must be a positive integer, got ${JSON.stringify(raw)}`);

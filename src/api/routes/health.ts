@@ -3,14 +3,24 @@
  * `/livez` (the process answers; never depends on the engine or breaker) and `/readyz` (the database
  * answers and the service is not shutting down).
  * `/health` answers 200 when healthy and 503 when degraded (engine unavailable, a problem the runtime
- * reports such as a failed preflight, breaker open, database down) or draining (SIGTERM received),
- * always with the full health object and `reasons` saying why.
+ * reports such as a failed preflight, breaker open, database down) or draining (SIGTERM received).
+ * Its details (`reasons`, engine, database, queue, version…) go only to a trusted caller (issue 22): with authentication on, one with
+ * a valid token; with it off, one whose Host is allowed (api/middleware/host-guard.ts). Anyone else —
+ * a kubelet probe, a scanner, a rebound browser page — gets only `{status}`, with the same status code.
  */
 import { Hono } from 'hono';
 import { describeRoute } from 'hono-openapi';
 import type { AppDeps, AppEnv } from '../deps.ts';
 import { jsonResponse } from '../openapi.ts';
+import * as v from 'valibot';
 import { HealthSchema, LiveSchema, ReadySchema } from '../responses.ts';
+
+/** `/health` to an untrusted caller: the status alone. */
+export const HealthStatusSchema = v.pipe(
+  v.strictObject({ status: v.picklist(['healthy', 'degraded', 'draining']) }),
+  v.metadata({ ref: 'HealthStatus', description: 'GET /health without a valid token (authentication on) or from a Host that is not allowed (authentication off): the status alone.' }),
+);
+const HealthAnswer = v.union([HealthSchema, HealthStatusSchema]);
 
 /** Sub-app for `/health`, `/livez`, `/readyz`. */
 export function healthRoutes(deps: AppDeps) {
@@ -22,8 +32,10 @@ export function healthRoutes(deps: AppDeps) {
       operationId: 'getHealth',
       tags: ['operations'],
       summary: 'Health',
-      description: 'Degraded (with `reasons`) when the sandbox engine is unavailable or reports a problem (a failed preflight of run pods), the circuit breaker is open or the database does not answer.',
-      responses: { 200: jsonResponse('Healthy', HealthSchema), 503: jsonResponse('Degraded, or draining (shutting down)', HealthSchema) },
+      description:
+        'Degraded (with `reasons`) when the sandbox engine is unavailable or reports a problem (a failed preflight of run pods), the circuit breaker is open or the database does not answer. ' +
+        'The details need a valid token when authentication is on (an allowed Host when it is off); without, the body is only `{status}` (HealthStatus).',
+      responses: { 200: jsonResponse('Healthy', HealthAnswer), 503: jsonResponse('Degraded, or draining (shutting down)', HealthAnswer) },
     }),
     async (c) => {
       const [rt, counts] = await Promise.all([deps.runtime.health().catch(() => null), deps.history.queueCounts().catch(() => null)]);
@@ -37,8 +49,10 @@ export function healthRoutes(deps: AppDeps) {
       const draining = deps.isShuttingDown?.() ?? false;
       if (draining) reasons.unshift('the service is draining: it is shutting down and takes no new work');
       const degraded = reasons.length > 0;
+      const status = draining ? 'draining' : degraded ? 'degraded' : 'healthy';
+      if (c.get('principal') === undefined) return c.json({ status }, degraded ? 503 : 200);
       const body = {
-        status: draining ? 'draining' : degraded ? 'degraded' : 'healthy',
+        status,
         reasons,
         docker_available: rt?.available ?? false,
         gvisor_available: rt?.gvisorAvailable ?? false,

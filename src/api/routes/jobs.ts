@@ -8,6 +8,7 @@ import type { StoredRecord } from '../../executions/history.ts';
 import { isTerminal, queueStatus, type SubmittedJob } from '../../executions/index.ts';
 import { clientIp } from '../client-ip.ts';
 import type { AppDeps, AppEnv } from '../deps.ts';
+import { noBody } from '../middleware/body-rules.ts';
 import { bodyValidator, errorResponses, jsonResponse, pathParam, queryValidator, type ParamDoc, type ResponseDoc } from '../openapi.ts';
 import { clientGoneSignal, requestHeader } from '../request-header.ts';
 import {
@@ -110,6 +111,7 @@ export function jobRoutes(deps: AppDeps) {
         ...errorResponses(404, 409),
       },
     }),
+    noBody(),
     async (c) => {
       const id = c.req.param('id');
       const before = await mustGet(id);
@@ -141,6 +143,7 @@ export function jobRoutes(deps: AppDeps) {
       parameters: [idParam],
       responses: { 202: jsonResponse('Queued', LineageSchema), ...errorResponses(404, 409, 503) },
     }),
+    noBody(),
     async (c) => {
       const meta = { correlationId: c.get('correlationId'), clientIp: clientIp(c) };
       const row = await deps.executions.rerun(c.req.param('id'), meta);

@@ -39,6 +39,7 @@ export interface SubmitRequest {
 export type DlqEntry = Schemas['DlqEntry'];
 export type DlqStats = Schemas['DlqStats'];
 export type Health = Schemas['Health'];
+export type HealthStatus = Schemas['HealthStatus'];
 export type PoolStats = Schemas['PoolStats'];
 
 /** An answer that was not a success: the service's error body when it sent one. */
@@ -176,7 +177,7 @@ export const api = {
   dlq: (q: { error_type?: string; limit?: number; offset?: number }) => call<Page<DlqEntry>>('GET', 'dlq', { query: q }),
   dlqStats: () => call<DlqStats>('GET', 'dlq/stats'),
   dlqDelete: (id: number) => call<{ id: number; deleted: true }>('DELETE', `dlq/${id}`),
-  health: () => call<Health>('GET', 'health', { accept: [503] }),
+  health: () => call<Health | HealthStatus>('GET', 'health', { accept: [503] }),
   pool: () => call<PoolStats>('GET', 'pool/stats'),
   artifactUrl: (id: string, name: string) => apiUrl(`jobs/${enc(id)}/artifacts/${enc(name)}`),
   /** An artifact's text (for the submitted code and input). */

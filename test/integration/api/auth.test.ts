@@ -99,11 +99,76 @@ describe('with tokens', () => {
     expect((await svc.get('/executions', { authorization: `Bearer ${OTHER}` })).status).toBe(401);
     // The configured token is not in the file and keeps working.
     expect((await svc.get('/executions', { authorization: `Bearer ${TOKEN}` })).status).toBe(200);
-    // A file that disappears keeps the last tokens read.
+  });
+
+  const metric = async (name: string) => (await svc.metrics.registry.getSingleMetric(name)!.get()).values[0]?.value;
+  const status = async (token: string) => (await svc.get('/executions', { authorization: `Bearer ${token}` })).status;
+
+  it('a change of the file is authoritative and fails closed: emptied revokes its tokens, invalid or missing accepts no token at all', async () => {
+    const NEW = 'tok-new-aaaaaaaaaaaaaaaa';
+    const LATER = 'tok-later-bbbbbbbbbbbbbbbb';
+    writeFileSync(file, `${NEW}\n`);
+    now += 1500;
+    expect(await status(NEW)).toBe(200);
+    const errorsBefore = (await metric('sandpod_auth_tokens_file_errors_total')) ?? 0;
+    // Emptied: every token it held is revoked; the configured one is not in it and still works.
+    writeFileSync(file, '# all revoked\n');
+    now += 1500;
+    expect(await status(NEW)).toBe(401);
+    expect(await status(TOKEN)).toBe(200);
+    // A too-short token: nothing is valid, the configured token included, until the file is fixed.
+    writeFileSync(file, `${NEW}\nabc\n`);
+    now += 1500;
+    expect(await status(NEW)).toBe(401);
+    expect(await status(TOKEN)).toBe(401);
+    expect(await metric('sandpod_auth_tokens_file_failed')).toBe(1);
+    expect(await metric('sandpod_auth_tokens_file_errors_total')).toBe(errorsBefore + 1);
+    // The probes still answer (a kubelet must not restart the pod over it).
+    expect((await svc.get('/livez')).status).toBe(200);
+    expect((await svc.get('/health')).status).not.toBe(401);
+    // A missing file: still closed, counted again.
     rmSync(file);
     now += 1500;
-    expect((await svc.get('/executions', { authorization: `Bearer ${NEW}` })).status).toBe(200);
+    expect(await status(NEW)).toBe(401);
+    expect(await status(TOKEN)).toBe(401);
+    expect(await metric('sandpod_auth_tokens_file_errors_total')).toBe(errorsBefore + 2);
+    // Fixed: open again for the listed tokens only.
+    writeFileSync(file, `${LATER}\n`);
+    now += 1500;
+    expect(await status(LATER)).toBe(200);
+    expect(await status(TOKEN)).toBe(200);
+    expect(await status(NEW)).toBe(401);
+    expect(await metric('sandpod_auth_tokens_file_failed')).toBe(0);
   });
+
+  it('/health shows only its status without a valid token, and its details with one', async () => {
+    const open = await svc.get('/health');
+    expect(Object.keys((await open.json()) as object)).toEqual(['status']);
+    const wrong = await svc.get('/health', { authorization: `Bearer ${TOKEN}x` });
+    expect(Object.keys((await wrong.json()) as object)).toEqual(['status']);
+    const full = (await (await svc.get('/health', { authorization: `Bearer ${TOKEN}` })).json()) as Record<string, unknown>;
+    expect(full).toMatchObject({ status: expect.any(String), reasons: expect.any(Array), sandbox: expect.any(Object), database: expect.any(Object) });
+  });
+});
+
+describe('a tokens file alone', () => {
+  it('emptied, no token is valid any more: every request is 401 and the error is counted', async () => {
+    const only = path.join(dir, 'only');
+    const ONLY = 'tok-only-cccccccccccccccc';
+    writeFileSync(only, `${ONLY}\n`);
+    let t = 0;
+    const svc = await startTestService({ sandbox_engine: 'process', auth: { tokens_file: only } }, { now: () => t });
+    try {
+      expect((await svc.get('/executions', { authorization: `Bearer ${ONLY}` })).status).toBe(200);
+      writeFileSync(only, '');
+      t += 1500;
+      expect((await svc.get('/executions', { authorization: `Bearer ${ONLY}` })).status).toBe(401);
+      expect((await svc.get('/job-types', { authorization: `Bearer ${ONLY}` })).status).toBe(401);
+      expect((await svc.metrics.registry.getSingleMetric('sandpod_auth_tokens_file_errors_total')!.get()).values[0]?.value).toBe(1);
+    } finally {
+      await svc.close();
+    }
+  }, 120_000);
 });
 
 describe('tokens configuration', () => {

@@ -5,15 +5,17 @@ import { ErrorBox, fmtMs, fmtTime, Section, usePoll } from '../ui.tsx';
 export function HealthPage() {
   const health = usePoll(() => api.health(), 5000, 'health');
   const pool = usePoll(() => api.pool(), 5000, 'pool');
-  const h = health.data;
+  // Without a valid token (authentication on) /health says only its status: the details wait for one.
+  const status = health.data?.status;
+  const h = health.data && 'reasons' in health.data ? health.data : null;
   const p = pool.data;
   return (
     <div>
       <div class="toolbar">
         <h1>Health</h1>
-        {h ? (
-          <span class={`badge health-${h.status}`} id="health-status">
-            {h.status}
+        {status ? (
+          <span class={`badge health-${status}`} id="health-status">
+            {status}
           </span>
         ) : null}
       </div>

@@ -1,0 +1,96 @@
+/**
+ * A body over max_body_bytes is answered 413, and the client reads that answer (issue 23 item 4):
+ * clients that write the whole request before reading (Python's http.client, requests, urllib) must
+ * not get a broken pipe, even when their body arrives late. Raw sockets, so the test writes exactly
+ * as such a client does: every byte first, then read.
+ */
+import { connect, type Socket } from 'node:net';
+import type { AddressInfo } from 'node:net';
+import type { ServerType } from '@hono/node-server';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { listen, startTestService, type TestService } from '../../support/service.ts';
+
+const LIMIT = 1024 * 1024;
+const BODY = Buffer.alloc(2_000_000, 'a');
+
+function write(sock: Socket, data: Buffer | string): Promise<void> {
+  return new Promise((resolve, reject) => sock.write(data, (err) => (err ? reject(err) : resolve())));
+}
+
+/** Writes the request (the body `lateMs` after the head), then reads until the server closes or the answer is complete. */
+async function postWholeThenRead(port: number, path: string, body: Buffer, opts: { lateMs?: number; type?: string } = {}): Promise<string> {
+  const sock = connect(port, '127.0.0.1');
+  await new Promise<void>((resolve, reject) => sock.once('connect', resolve).once('error', reject));
+  let received = '';
+  const done = new Promise<string>((resolve) => {
+    sock.on('data', (c: Buffer) => {
+      received += c.toString('latin1');
+      const head = received.indexOf('\r\n\r\n');
+      const len = /content-length: (\d+)/i.exec(received);
+      if (head >= 0 && len && received.length >= head + 4 + Number(len[1])) resolve(received);
+    });
+    sock.on('close', () => resolve(received));
+  });
+  sock.on('error', () => {});
+  const head = `POST ${path} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nContent-Type: ${opts.type ?? 'application/json'}\r\nContent-Length: ${body.length}\r\n\r\n`;
+  try {
+    await write(sock, head);
+    if (opts.lateMs) await new Promise((r) => setTimeout(r, opts.lateMs));
+    await write(sock, body);
+  } catch (err) {
+    sock.destroy();
+    return `write failed: ${(err as Error).message}`;
+  }
+  const answer = await done;
+  sock.destroy();
+  return answer;
+}
+
+describe('413 for a body over max_body_bytes', () => {
+  let svc: TestService;
+  let server: ServerType;
+  let port: number;
+  beforeAll(async () => {
+    svc = await startTestService({ sandbox_engine: 'process', max_body_bytes: LIMIT });
+    server = await listen(svc, 0, '127.0.0.1');
+    port = (server.address() as AddressInfo).port;
+  }, 120_000);
+  afterAll(async () => {
+    await new Promise<void>((r) => server?.close(() => r()));
+    await svc?.close();
+  });
+
+  it('30 back-to-back clients that write 2 MB before reading all read the 413', async () => {
+    const answers: string[] = [];
+    for (let i = 0; i < 30; i++) answers.push(await postWholeThenRead(port, '/execute', BODY));
+    for (const a of answers) {
+      expect(a.slice(0, 12)).toBe('HTTP/1.1 413');
+      expect(a).toContain(`request body exceeds ${LIMIT} bytes`);
+    }
+  }, 120_000);
+
+  it('a body sent a second (and three seconds) after the head still gets the 413', async () => {
+    for (const lateMs of [1000, 3000]) {
+      const a = await postWholeThenRead(port, '/execute/async', BODY, { lateMs });
+      expect(a.slice(0, 12)).toBe('HTTP/1.1 413');
+    }
+  }, 60_000);
+
+  it('the 415 of a large non-JSON body is read the same way', async () => {
+    const a = await postWholeThenRead(port, '/execute', Buffer.alloc(600_000, 'x'), { lateMs: 1000, type: 'text/plain' });
+    expect(a.slice(0, 12)).toBe('HTTP/1.1 415');
+  }, 30_000);
+
+  it('the connection stays usable after the discarded body (keep-alive)', async () => {
+    const sock = connect(port, '127.0.0.1');
+    await new Promise<void>((resolve) => sock.once('connect', resolve));
+    let received = '';
+    sock.on('data', (c: Buffer) => (received += c.toString('latin1')));
+    await write(sock, `POST /execute HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nContent-Type: application/json\r\nContent-Length: ${BODY.length}\r\n\r\n`);
+    await write(sock, BODY);
+    await write(sock, `GET /livez HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\n\r\n`);
+    await expect.poll(() => received, { timeout: 10_000 }).toContain('{"status":"ok"}');
+    expect(received.slice(0, 12)).toBe('HTTP/1.1 413');
+    sock.destroy();
+  }, 30_000);
+});
