@@ -786,7 +786,7 @@ export interface components {
         /** @description GET /health without a valid token (authentication on) or from a Host that is not allowed (authentication off): the status alone. */
         HealthStatus: {
             /** @enum {string} */
-            status: "healthy" | "degraded";
+            status: "healthy" | "degraded" | "draining";
         };
         IdempotencyConflict: {
             /** @constant */
