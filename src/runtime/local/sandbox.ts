@@ -84,8 +84,13 @@ const ROOT_SYMLINKS: [string, string][] = [
   ['usr/lib32', '/lib32'],
   ['usr/libx32', '/libx32'],
 ];
-/** Host bits of /etc that programs legitimately need (TLS roots, name resolution for bridge jobs). */
-const HOST_ETC = ['/etc/ssl', '/etc/ca-certificates', '/etc/resolv.conf', '/etc/host.conf', '/etc/gai.conf', '/etc/mime.types'];
+/**
+ * Host bits of /etc that programs legitimately need, bound read-only: TLS roots, name resolution for
+ * bridge jobs, and the dynamic linker's view of /usr: Debian's alternatives links (python3-numpy
+ * finds libblas.so.3 through /etc/alternatives) and ld.so.cache (libraries outside the default
+ * paths). Nothing else of the host's /etc.
+ */
+const HOST_ETC = ['/etc/ssl', '/etc/ca-certificates', '/etc/resolv.conf', '/etc/host.conf', '/etc/gai.conf', '/etc/mime.types', '/etc/alternatives', '/etc/ld.so.cache'];
 /** The execute-only copy of `sh` in the runner directory (see {@link SandboxHost.waitingShell}). */
 const WAITING_SHELL = 'sh';
 /** Mount points every run uses; created in the gVisor rootfs. */
