@@ -84,12 +84,42 @@ describeRendered('egress proxy', () => {
     const c = pod.containers[0];
     expect(c.command).toEqual(['node', 'dist/egress/main.js']);
     expect(c.image).toBe(one(docs, 'Deployment', 'sandpod').spec.template.spec.containers[0].image);
-    expect(c.ports).toEqual([{ name: 'proxy', containerPort: 3128, protocol: 'TCP' }]);
+    expect(c.ports).toEqual([
+      { name: 'proxy', containerPort: 3128, protocol: 'TCP' },
+      { name: 'health', containerPort: 8081, protocol: 'TCP' },
+    ]);
     const env = Object.fromEntries(c.env.map((e: Manifest) => [e.name, e.value]));
     expect(env.SANDPOD_EGRESS_PORT).toBe('3128');
     const mount = c.volumeMounts.find((m: Manifest) => m.name === 'key');
     expect(`${mount.mountPath}/key`).toBe(env.SANDPOD_EGRESS_KEY_FILE);
     expect(pod.volumes.find((x: Manifest) => x.name === 'key').secret.secretName).toBe('sandpod-egress-key');
+  });
+
+  it('probes over HTTP on the health port (readiness sees saturation), and passes the connection limits and deadlines', () => {
+    const c = proxyDeployment().spec.template.spec.containers[0];
+    expect(c.readinessProbe).toMatchObject({ httpGet: { path: '/readyz', port: 'health' } });
+    expect(c.livenessProbe).toMatchObject({ httpGet: { path: '/livez', port: 'health' } });
+    expect(c.readinessProbe.tcpSocket).toBeUndefined();
+    const env = Object.fromEntries(c.env.map((e: Manifest) => [e.name, e.value]));
+    expect(env).toMatchObject({
+      SANDPOD_EGRESS_HEALTH_PORT: '8081',
+      SANDPOD_EGRESS_MAX_CONNECTIONS: '1024',
+      SANDPOD_EGRESS_MAX_CONNECTIONS_PER_RUN: '64',
+      SANDPOD_EGRESS_MAX_PENDING_PER_SOURCE: '64',
+      SANDPOD_EGRESS_HEAD_TIMEOUT_MS: '10000',
+      SANDPOD_EGRESS_IDLE_TIMEOUT_MS: '300000',
+    });
+    // Run pods may reach the proxy port only, never the probes.
+    expect(one(docs, 'NetworkPolicy', 'sandpod-egress-proxy').spec.ingress[0].ports).toEqual([{ protocol: 'TCP', port: 3128 }]);
+    const d = renderOk(withDb('--set', 'egressProxy.healthPort=9090', '--set', 'egressProxy.headTimeoutSeconds=3', '--set', 'egressProxy.idleTimeoutSeconds=60', '--set', 'egressProxy.maxConnectionsPerRun=8'));
+    const c2 = one(d, 'Deployment', 'sandpod-egress-proxy').spec.template.spec.containers[0];
+    expect(c2.ports[1]).toEqual({ name: 'health', containerPort: 9090, protocol: 'TCP' });
+    expect(Object.fromEntries(c2.env.map((e: Manifest) => [e.name, e.value]))).toMatchObject({
+      SANDPOD_EGRESS_HEALTH_PORT: '9090',
+      SANDPOD_EGRESS_HEAD_TIMEOUT_MS: '3000',
+      SANDPOD_EGRESS_IDLE_TIMEOUT_MS: '60000',
+      SANDPOD_EGRESS_MAX_CONNECTIONS_PER_RUN: '8',
+    });
   });
 
   it('a generated key, long enough, mounted in the API pods where SVC_CONFIG says', () => {
@@ -153,6 +183,24 @@ describeRendered('egress proxy', () => {
     expect(selects(from.podSelector, podLabelsOf(proxiedType))).toBe(true);
     expect(selects(from.podSelector, { ...podLabelsOf(proxiedType), 'sandpod.io/instance': 'another-release' })).toBe(false);
     expect(np.spec.egress.map((e: Manifest) => e.to.map((t: Manifest) => t.ipBlock?.cidr ?? 'dns'))).toEqual([['dns'], ['0.0.0.0/0', '::/0']]);
+  });
+
+  it('by default the proxy\'s internet egress excludes private, CGNAT, link-local and loopback ranges', () => {
+    const np = one(docs, 'NetworkPolicy', 'sandpod-egress-proxy');
+    expect(np.spec.egress[1].to).toEqual([
+      { ipBlock: { cidr: '0.0.0.0/0', except: ['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16', '100.64.0.0/10', '169.254.0.0/16', '127.0.0.0/8'] } },
+      { ipBlock: { cidr: '::/0', except: ['fc00::/7', 'fe80::/10', '::1/128'] } },
+    ]);
+    // No port limit by default: the run's allowedHosts decide.
+    expect(np.spec.egress[1].ports).toBeUndefined();
+  });
+
+  it('the excluded ranges can be overridden (an internal host reached on purpose)', () => {
+    const d = renderOk(withDb('--set-json', 'egressProxy.allowedCIDRs=[{"cidr":"0.0.0.0/0","except":["169.254.0.0/16"]},"10.20.0.0/16"]'));
+    expect(one(d, 'NetworkPolicy', 'sandpod-egress-proxy').spec.egress[1].to).toEqual([
+      { ipBlock: { cidr: '0.0.0.0/0', except: ['169.254.0.0/16'] } },
+      { ipBlock: { cidr: '10.20.0.0/16' } },
+    ]);
   });
 
   it('the credential the builder signs with the rendered config verifies with the rendered key', () => {
