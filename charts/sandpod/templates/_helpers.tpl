@@ -154,6 +154,15 @@ sandpod.io/instance: {{ .Release.Name }}
 {{- printf "%s-postgresql" (include "sandpod.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* Secret and key of the trial database's password: postgresql.existingSecret, or the generated one. */}}
+{{- define "sandpod.trialDbSecretName" -}}
+{{- default (include "sandpod.trialDbName" .) .Values.postgresql.existingSecret }}
+{{- end }}
+
+{{- define "sandpod.trialDbSecretKey" -}}
+{{- if .Values.postgresql.existingSecret }}{{ .Values.postgresql.existingSecretKey }}{{ else }}password{{ end }}
+{{- end }}
+
 {{- define "sandpod.trialDbSelectorLabels" -}}
 app.kubernetes.io/name: {{ include "sandpod.name" . }}-postgresql
 app.kubernetes.io/instance: {{ .Release.Name }}

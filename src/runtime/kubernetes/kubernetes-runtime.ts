@@ -520,16 +520,17 @@ class KubernetesRuntime implements Runtime {
   }
 
   /**
-   * Creates the run's Secret owned by `owner`; 409 is success when the Secret there is owned by that
-   * same Job. A Secret still naming a Job of an earlier attempt that was deleted (its create failed
-   * after the server had stored it) would be garbage-collected under the new pod: it is replaced.
+   * Creates the run's Secret owned by `owner`. On 409 the Secret there is replaced without being read:
+   * it may name a Job of an earlier attempt that was deleted (and would be garbage-collected under the
+   * new pod), or be this Job's own (a lost answer, an adoption), which a replacement with the same
+   * contents leaves as it was (a pending pod retries its mount). Never reading it lets the chart's
+   * runs Role grant `create` and `delete` on Secrets but not `get`: run Secrets have per-run names,
+   * which `resourceNames` cannot list, and `get` on every Secret of the namespace is what we avoid.
    */
   private async ensureSecret(secret: V1Secret, owner: V1Job): Promise<void> {
     const mine = ownSecret(secret, owner);
     if (await this.api.createSecret(mine)) return;
     const name = mine.metadata?.name ?? '';
-    const existing = await this.api.getSecret(this.ns, name);
-    if (existing?.metadata?.ownerReferences?.some((r) => r.uid === owner.metadata?.uid)) return;
     await this.api.deleteSecret(this.ns, name);
     if (!(await this.api.createSecret(mine))) throw new Error(`Secret ${name} was re-created while being replaced; retry`);
   }

@@ -52,3 +52,26 @@ describeRendered('image pull policies', () => {
     expect(api(renderOk(withDb('--set', 'image.pullPolicy=IfNotPresent'))).containers[0].imagePullPolicy).toBe('IfNotPresent');
   });
 });
+
+describeRendered('generated Secrets or your own (GitOps renders cannot look up)', () => {
+  const secretNames = (docs: Manifest[]) => docs.filter((d) => d.kind === 'Secret').map((d) => d.metadata.name as string).sort();
+
+  it('postgresql.existingSecret: no generated password Secret; the database and the API read the one named', () => {
+    const docs = renderOk(['--set', 'postgresql.enabled=true', '--set', 'postgresql.existingSecret=my-pg', '--set', 'postgresql.existingSecretKey=pw']);
+    expect(secretNames(docs)).not.toContain('sandpod-postgresql');
+    const refs = [
+      one(docs, 'StatefulSet').spec.template.spec.containers[0].env,
+      api(docs).containers[0].env,
+    ].map((env: Manifest[]) => env.find((e) => e.valueFrom?.secretKeyRef)?.valueFrom.secretKeyRef);
+    expect(refs).toEqual([{ name: 'my-pg', key: 'pw' }, { name: 'my-pg', key: 'pw' }]);
+    // By default the chart generates it (kept by lookup on helm upgrade).
+    const generated = renderOk(['--set', 'postgresql.enabled=true']);
+    expect(secretNames(generated)).toContain('sandpod-postgresql');
+    expect(api(generated).containers[0].env.find((e: Manifest) => e.name === 'TRIAL_DATABASE_PASSWORD').valueFrom.secretKeyRef).toEqual({ name: 'sandpod-postgresql', key: 'password' });
+  });
+
+  it('with auth.existingSecret and database.existingSecret the chart renders no random Secret of its own but the egress key', () => {
+    const docs = renderOk(['--set', 'auth.existingSecret=my-tokens', '--set', 'database.existingSecret=my-db']);
+    expect(secretNames(docs)).toEqual(['sandpod-egress-key']);
+  });
+});
