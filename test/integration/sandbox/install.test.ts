@@ -5,8 +5,7 @@
  * run would pick up. And a normal install, from a directory or from an HTTP index named by a
  * loopback address, still works.
  */
-import { readdirSync, readFileSync } from 'node:fs';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import path from 'node:path';
@@ -195,7 +194,7 @@ describeEachEngine('install sandbox on %s', (engine: EngineName) => {
     expect(said).toMatch(/proxy=HTTP\/1\.1 403/);
     expect(listener.connections()).toBe(0);
     if (pgUp) expect(said).toMatch(new RegExp(`${PG_PORT}=(ConnectionRefusedError|OSError|TimeoutError|PermissionError|socket\\.timeout)`));
-  });
+  }, 120_000);
 
   it('installs from an HTTP index on a loopback address the configuration names, through the proxy only', async () => {
     const { config, rt } = await runtime({ find_links: [`http://127.0.0.1:${web.port}/`], no_index: true });
@@ -211,7 +210,7 @@ describeEachEngine('install sandbox on %s', (engine: EngineName) => {
     expect(said).not.toMatch(/=connected/);
     expect(said).toMatch(/proxy=HTTP\/1\.1 403/);
     expect(listener.connections()).toBe(0);
-  });
+  }, 120_000);
 
   it("one run's package cannot plant a wheel that a later install of another run gets", async () => {
     const { config, rt } = await runtime({ find_links: [index], no_index: true });
@@ -221,5 +220,5 @@ describeEachEngine('install sandbox on %s', (engine: EngineName) => {
     const victim = await rt.run(spec(config, 'import victim_pkg\nprint(victim_pkg.VALUE)', ['victim-pkg']));
     expect(victim.observation.dependencyError).toBeNull();
     expect(victim.stdout).toBe('victim-pkg-1.0.0\n');
-  });
+  }, 120_000);
 });
