@@ -237,7 +237,7 @@ export const JobTypeSchema = v.pipe(
     version: v.pipe(v.string(), v.description('Label runs record as job_version: the current build\'s version_tag, or `latest`')),
     job_ref: v.pipe(v.string(), v.description('<job_type>@sha256:<digest>: the current build, or the spec digest of an unbuilt type')),
     digest: v.pipe(v.nullable(sha256Hex), v.description('Digest of the current build; null when the type has no build for its current requirements')),
-    image_ref: v.pipe(v.nullable(v.string()), v.description('Where the current build lives (local: `local:<directory>`), or the configured image')),
+    image_ref: v.pipe(v.nullable(v.string()), v.description('The current build: an image by digest, or on the local runtime `local:sha256:<digest>`; else the configured image')),
   }),
   ref('JobType', 'SPEC §2.7 job type (environment).'),
 );
@@ -253,7 +253,7 @@ export const BuildSchema = v.pipe(
     job_type: v.string(),
     version: v.pipe(v.nullable(v.string()), v.description('<job_type>@sha256:<digest> once built')),
     digest: v.nullable(sha256Hex),
-    image_ref: v.nullable(v.string()),
+    image_ref: v.pipe(v.nullable(v.string()), v.description('An image by digest, or on the local runtime `local:sha256:<digest>` (never a host path)')),
     version_tag: v.pipe(v.nullable(v.string()), v.description('The semantic version label asked for; runs record it as job_version (else `latest`)')),
     phase: v.pipe(v.string(), v.description('Progress: queued, installing, publishing, built or failed')),
     python_version: v.string(),

@@ -817,7 +817,7 @@ export interface components {
             /** @description Digest of the current build; null when the type has no build for its current requirements */
             digest: string | null;
             image_exists: boolean;
-            /** @description Where the current build lives (local: `local:<directory>`), or the configured image */
+            /** @description The current build: an image by digest, or on the local runtime `local:sha256:<digest>`; else the configured image */
             image_ref: string | null;
             /** @description <job_type>@sha256:<digest>: the current build, or the spec digest of an unbuilt type */
             job_ref: string;
@@ -848,6 +848,7 @@ export interface components {
             finished_at: string | null;
             /** @description Build id: GET /job-types/{name}/builds/{id} follows it */
             id: string;
+            /** @description An image by digest, or on the local runtime `local:sha256:<digest>` (never a host path) */
             image_ref: string | null;
             job_type: string;
             /** @description Progress: queued, installing, publishing, built or failed */

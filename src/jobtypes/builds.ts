@@ -65,6 +65,18 @@ export interface BuildView {
   finished_at: string | null;
 }
 
+/** How a local build's `image_ref` was stored before issue 22: `local:` and the environment's directory. */
+const LEGACY_LOCAL_REF = /^local:\/.*\/([0-9a-f]{64})$/;
+
+/**
+ * An `image_ref` as clients see it: a local environment as `local:sha256:<digest>`, also for rows
+ * stored with the host directory by an earlier version; images as they are.
+ */
+export function publicImageRef(ref: string | null): string | null {
+  const legacy = ref === null ? null : LEGACY_LOCAL_REF.exec(ref);
+  return legacy ? `local:sha256:${legacy[1]}` : ref;
+}
+
 /** The view of a build row. */
 export function buildView(r: JobTypeBuildRow): BuildView {
   return {
@@ -73,7 +85,7 @@ export function buildView(r: JobTypeBuildRow): BuildView {
     job_type: r.job_type,
     version: r.digest ? `${r.job_type}@sha256:${r.digest}` : null,
     digest: r.digest,
-    image_ref: r.image_ref,
+    image_ref: publicImageRef(r.image_ref),
     version_tag: r.version_tag,
     phase: r.phase,
     python_version: r.python_version,
@@ -192,7 +204,7 @@ export class JobTypeBuilds implements JobTypeRegistry {
     const build: JobTypeBuild = {
       id: row.id,
       digest: row.digest,
-      imageRef: row.image_ref,
+      imageRef: publicImageRef(row.image_ref)!,
       pythonVersion: row.python_version,
       lock: row.lock ?? [],
       version: row.version_tag ?? 'latest',

@@ -19,7 +19,7 @@ export interface LockedRequirement {
 export interface BuiltEnvironment {
   /** sha256 over the Python version, the base (interpreter or image), the runner and the lock. */
   digest: string;
-  /** Where the environment lives: a local path (`local:…`) or an image reference by digest. */
+  /** The environment: `local:sha256:<digest>` on the local runtime (no host path), or an image reference by digest. */
   imageRef: string;
   pythonVersion: string;
   lock: LockedRequirement[];
@@ -89,7 +89,7 @@ export interface JobTypeView {
   job_ref: string;
   /** Digest of the current build (`job_ref`'s digest), null when the type has not been built. */
   digest: string | null;
-  /** Where the current build lives (local path or image by digest), null when not built. */
+  /** The current build (`local:sha256:<digest>` or an image by digest), else the configured image. */
   image_ref: string | null;
 }
 

@@ -176,8 +176,12 @@ export class LocalBuilder implements Builder {
     }
   }
 
+  /**
+   * The environment's name in the API: content-addressed, no host path (issue 22: a client has no
+   * business knowing where the workspace is). No `@sha256:` in it: it is not an image a cluster could pull.
+   */
   private imageRef(digest: string): string {
-    return `local:${path.join(this.envsDir, digest)}`;
+    return `local:sha256:${digest}`;
   }
 
   private begin(pythonVersion: string): { ctx: LocalBuildContext; interpreter: string; base: InterpreterIdentity } {

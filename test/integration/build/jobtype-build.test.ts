@@ -90,8 +90,11 @@ describe('POST /job-types/{name}/build (local runtime)', () => {
     expect(b.duration_ms).toBeGreaterThanOrEqual(0);
     expect(b.resolved_requirements).toEqual([{ name: 'sandpod-bt', version: '1.0.0', sha256: sha256File(path.join(wheelDir, 'sandpod_bt-1.0.0-py3-none-any.whl')) }]);
     // The environment: content-addressed, read-only, with its lock file.
-    expect(b.image_ref).toMatch(new RegExp(`^local:/.+/${b.digest}$`));
-    const dir = b.image_ref.slice('local:'.length);
+    // image_ref names the environment without saying where the workspace is (issue 22).
+    expect(b.image_ref).toBe(`local:sha256:${b.digest}`);
+    const envs = readdirSync(svc.database.workspace, { recursive: true }).map(String).filter((p) => p.endsWith(`envs/${b.digest}`));
+    expect(envs).toHaveLength(1);
+    const dir = path.join(svc.database.workspace, envs[0]!);
     expect(readFileSync(path.join(dir, 'requirements.lock'), 'utf8')).toBe(`sandpod-bt==1.0.0 --hash=sha256:${b.resolved_requirements[0].sha256}\n`);
     expect(existsSync(path.join(dir, 'site', 'sandpod_bt', '__init__.py'))).toBe(true);
     for (const p of [dir, path.join(dir, 'site'), path.join(dir, 'site', 'sandpod_bt', '__init__.py')]) expect(statSync(p).mode & 0o222, p).toBe(0);

@@ -1,7 +1,7 @@
 /** version_tag validation (semver 2.0.0) and the build view. */
 import { describe, expect, it } from 'vitest';
 import { AppError } from '../../../src/errors.ts';
-import { buildView, checkVersionTag, SEMVER_RE } from '../../../src/jobtypes/builds.ts';
+import { buildView, checkVersionTag, publicImageRef, SEMVER_RE } from '../../../src/jobtypes/builds.ts';
 
 describe('version_tag', () => {
   it.each(['0.0.0', '1.2.3', '10.20.30', '1.0.0-rc.1', '1.0.0-alpha.beta', '1.0.0+build.5', '1.0.0-0.3.7+exp.sha.5114f85', '2.0.0-x-y-z.--'])('accepts %s', (t) => {
@@ -36,7 +36,7 @@ describe('buildView', () => {
     python_version: '3.11',
     phase: 'built',
     digest: 'c'.repeat(64),
-    image_ref: 'local:/x',
+    image_ref: `local:sha256:${'c'.repeat(64)}`,
     lock: [{ name: 'numpy', version: '2.0.0', sha256: 'd'.repeat(64) }],
     error: null,
     owner: 'o',
@@ -53,7 +53,7 @@ describe('buildView', () => {
       job_type: 'data',
       version: `data@sha256:${'c'.repeat(64)}`,
       digest: 'c'.repeat(64),
-      image_ref: 'local:/x',
+      image_ref: `local:sha256:${'c'.repeat(64)}`,
       version_tag: null,
       phase: 'built',
       python_version: '3.11',
@@ -64,6 +64,16 @@ describe('buildView', () => {
       created_at: '2026-01-01T00:00:00.000Z',
       finished_at: '2026-01-01T00:00:05.000Z',
     });
+  });
+
+  it('a row stored with a host path (before issue 22) is shown without it', () => {
+    const legacy = { ...row, image_ref: `local:/var/lib/sandpod/sandbox/i-1/builds/envs/${'c'.repeat(64)}` };
+    expect(buildView(legacy).image_ref).toBe(`local:sha256:${'c'.repeat(64)}`);
+    expect(publicImageRef(legacy.image_ref)).toBe(`local:sha256:${'c'.repeat(64)}`);
+    // Images (the cluster's builds, configured images) are shown as they are.
+    const image = `registry.example.com/sandpod/builds/data@sha256:${'e'.repeat(64)}`;
+    expect(publicImageRef(image)).toBe(image);
+    expect(publicImageRef(null)).toBeNull();
   });
 
   it('a build still running has no version yet', () => {
