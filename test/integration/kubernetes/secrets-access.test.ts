@@ -56,7 +56,7 @@ describe('run Secrets are never read', () => {
     fake.mainTerminated(pod, 0);
     expect((await running).observation.exitCode).toBe(0);
     expect(ownerOf(name)).toEqual([fake.get('jobs', 'sandpod-jobs', name)!.metadata.uid]);
-    expect(Buffer.from((fake.get('secrets', 'sandpod-jobs', name) as { data: Record<string, string> }).data['main.py']!, 'base64').toString()).toBe(s.code);
+    expect(Buffer.from((fake.get('secrets', 'sandpod-jobs', name) as unknown as { data: Record<string, string> }).data['main.py']!, 'base64').toString()).toBe(s.code);
     expect(secretReads(before)).toEqual([]);
   });
 
