@@ -21,7 +21,7 @@ import type { JobTypeRegistry } from './jobtypes/job-type.ts';
 import { createLogger, type Logger } from './logger.ts';
 import { Metrics } from './metrics.ts';
 import { QUEUED_CHANNEL } from './queue/channels.ts';
-import { Dispatcher } from './queue/dispatcher.ts';
+import { Dispatcher, dispatchGate } from './queue/dispatcher.ts';
 import { Slots } from './queue/slots.ts';
 import { CircuitBreaker } from './resilience/breaker.ts';
 import { RunGuard } from './resilience/guard.ts';
@@ -135,6 +135,8 @@ export async function createService(config: Config, o: ServiceOverrides = {}): P
     slots,
     logger,
     subscribe: (wake) => db.listen(QUEUED_CHANNEL, wake),
+    // While the breaker is open, queued work stays queued; half-open, one job at a time tests the engine.
+    gate: () => dispatchGate(breaker.state, breaker.retryInMs()),
     ...(o.pollMs ? { pollMs: o.pollMs } : {}),
   });
   let shuttingDown = false;

@@ -7,11 +7,11 @@
 import type { Kysely, Transaction } from 'kysely';
 import type { Clock } from '../clock.ts';
 import type { Config } from '../config.ts';
-import { AppError, errorMessage } from '../errors.ts';
+import { AppError, errorMessage, UnretryableError } from '../errors.ts';
 import { pinnedJobType, type JobTypeRegistry } from '../jobtypes/job-type.ts';
 import type { Logger } from '../logger.ts';
 import { DONE_CHANNEL } from '../queue/channels.ts';
-import type { Claims } from '../queue/claims.ts';
+import type { Claims, GiveBack } from '../queue/claims.ts';
 import type { Holders } from '../queue/holders.ts';
 import type { Slots } from '../queue/slots.ts';
 import type { RunGuard } from '../resilience/guard.ts';
@@ -23,6 +23,7 @@ import type { NewRunEvent } from '../store/events.repository.ts';
 import { getExecution, insertExecution, settleRunning, updateExecutionIf } from '../store/executions.repository.ts';
 import { parseJson, stringifyJson } from '../util/json.ts';
 import { classify, type Classification } from './classify.ts';
+import { afterFault, type AfterFault } from './requeue.ts';
 import { EVENTS_CHANNEL, RunEventWriter } from './events.ts';
 import { mergedRequirements, resolveJobType } from './requests.ts';
 import { isTerminal } from './status.ts';
@@ -52,8 +53,14 @@ export interface RunningOptions {
   events?: ExecutionEvents | undefined;
 }
 
-/** What a guarded run came to, before it is written. */
-type Outcome = { kind: 'ran'; raw: RawRun; attempts: number } | { kind: 'internal'; type: string; message: string; attempts: number } | { kind: 'gone' };
+/**
+ * What a guarded run came to, before it is written. `internal`: the breaker refused it
+ * (`service_unavailable`) or the engine failed; `unretryable` when the failure says retrying cannot fix it.
+ */
+type Outcome =
+  | { kind: 'ran'; raw: RawRun; attempts: number }
+  | { kind: 'internal'; type: string; message: string; attempts: number; unretryable?: boolean }
+  | { kind: 'gone' };
 
 /** Runs held records and settles them. */
 export class Running {
@@ -140,7 +147,8 @@ export class Running {
       // stored again.
       if (opts.adopt) await events.resume();
       else if (row.mode !== 'sync') events.status('running', 'starting', row.created_at);
-      const outcome = await this.runGuarded(row, signal, opts.adopt ?? false, log, events);
+      const progress = { userCodeStarted: false };
+      const outcome = await this.runGuarded(row, signal, opts.adopt ?? false, log, events, progress);
       // The sandbox is gone: its worker slot can serve the next job while this one is recorded.
       opts.release?.();
       if (outcome.kind === 'gone') {
@@ -152,6 +160,14 @@ export class Running {
         await events.close();
         return await this.requeue(row, 'service shut down during the run');
       }
+      const decision = this.afterFault(row, outcome, progress.userCodeStarted, signal);
+      if (decision.action === 'requeue') {
+        events.status('queued', 'queued');
+        await events.close();
+        const runAfter = new Date(this.o.clock.now() + decision.delayMs);
+        const why = outcome.kind === 'internal' && outcome.type === 'service_unavailable' && outcome.attempts === 0 ? 'the circuit breaker is open' : 'the machinery failed before user code started';
+        return await this.whileUnavailable(signal, log, () => this.requeue(row, why, { runAfter, infraFailures: decision.infraFailures }));
+      }
       if (outcome.kind === 'ran') {
         if (outcome.raw.stdoutTruncated) events.markTruncated('stdout');
         if (outcome.raw.stderrTruncated) events.markTruncated('stderr');
@@ -159,7 +175,7 @@ export class Running {
       // Stored with the verdict (what is still pending) or before it (what was written already): a
       // reader that sees the record terminal has all output.
       lastEvents = await events.closeForSettle();
-      return await this.whileUnavailable(signal, log, () => this.finalize(row, outcome, log, lastEvents));
+      return await this.whileUnavailable(signal, log, () => this.finalize(row, outcome, log, lastEvents, decision.failedBeforeStart));
     } catch (err) {
       log.error({ err }, 'finalizing a run failed');
       return await this.finalize(row, { kind: 'internal', type: 'internal_error', message: `internal error: ${errorMessage(err)}`, attempts: 1 }, log, lastEvents).catch(() => row);
@@ -189,8 +205,32 @@ export class Running {
     }
   }
 
+  /** Requeue or settle after a run the machinery may have failed (`requeue.ts`). */
+  private afterFault(row: ExecutionRow, outcome: Exclude<Outcome, { kind: 'gone' }>, started: boolean, signal: AbortSignal): AfterFault {
+    const userCodeStarted = started || (outcome.kind === 'ran' && outcome.raw.observation.phase !== 'startup');
+    const kind = signal.aborted
+      ? 'other'
+      : outcome.kind === 'internal'
+        ? outcome.type === 'service_unavailable'
+          ? 'rejected'
+          : outcome.unretryable
+            ? 'other'
+            : 'engine'
+        : isEngineFailure(outcome.raw)
+          ? 'engine'
+          : 'other';
+    return afterFault({
+      mode: row.mode,
+      kind,
+      engineCalls: outcome.attempts,
+      userCodeStarted,
+      infraFailures: row.infra_failures,
+      breakerRetryInMs: this.o.guard.breaker.retryInMs(),
+    });
+  }
+
   /** One run through the guard: breaker open → `service_unavailable`; engine failures retried. */
-  private async runGuarded(row: ExecutionRow, signal: AbortSignal, adopt: boolean, log: Logger, events: RunEventWriter): Promise<Outcome> {
+  private async runGuarded(row: ExecutionRow, signal: AbortSignal, adopt: boolean, log: Logger, events: RunEventWriter, progress: { userCodeStarted: boolean }): Promise<Outcome> {
     const { runtime, db, workerId } = this.o;
     const spec = this.specOf(row);
     const jt = spec.jobType;
@@ -205,6 +245,7 @@ export class Running {
         events.status('running', 'installing');
       }
       if (phase === 'execution') {
+        progress.userCodeStarted = true;
         log.info('program started');
         events.status('running', 'running');
       }
@@ -220,14 +261,23 @@ export class Running {
       onRetry: (n, err, delay) => log.warn({ attempt: n, delay_ms: delay, err: errorMessage(err) }, 'engine failure; retrying'),
     });
     if (res.kind === 'ok') return { kind: 'ran', raw: res.value, attempts: res.attempts };
-    if (res.kind === 'rejected') return { kind: 'internal', type: 'service_unavailable', message: res.error.message, attempts: res.attempts };
+    if (res.kind === 'rejected') {
+      const last = res.lastFailure === undefined ? '' : `; the last attempt failed: ${errorMessage(res.lastFailure)}`;
+      return { kind: 'internal', type: 'service_unavailable', message: `${res.error.message}${last}`, attempts: res.attempts };
+    }
     if (res.error instanceof RunGoneError) return { kind: 'gone' };
     log.error({ err: res.error, attempts: res.attempts }, 'engine failed');
-    return { kind: 'internal', type: 'internal_error', message: `sandbox engine failed after ${res.attempts} attempt(s): ${errorMessage(res.error)}`, attempts: res.attempts };
+    return {
+      kind: 'internal',
+      type: 'internal_error',
+      message: `sandbox engine failed after ${res.attempts} attempt(s): ${errorMessage(res.error)}`,
+      attempts: res.attempts,
+      unretryable: res.error instanceof UnretryableError,
+    };
   }
 
   /** Writes the verdict once (guarded on status `running` and our claim), with artifacts and DLQ. */
-  private async finalize(row: ExecutionRow, outcome: Exclude<Outcome, { kind: 'gone' }>, log: Logger, lastEvents: NewRunEvent[] = []): Promise<ExecutionRow> {
+  private async finalize(row: ExecutionRow, outcome: Exclude<Outcome, { kind: 'gone' }>, log: Logger, lastEvents: NewRunEvent[] = [], failedBeforeStart = false): Promise<ExecutionRow> {
     const { db, workerId } = this.o;
     const now = new Date(this.o.clock.now());
     const raw = outcome.kind === 'ran' ? outcome.raw : null;
@@ -252,6 +302,8 @@ export class Running {
       duration_ms: Math.max(0, Math.round(new Date(endedAt).getTime() - new Date(startedAt).getTime())),
       phase: c.timing.phase_at_exit,
       claimed_by: null,
+      // Its idempotency key may be submitted again (the job failed for the machinery, its code never ran).
+      failed_before_start: failedBeforeStart && c.status === 'failed',
     };
     const artifacts: NewArtifact[] = (raw?.artifacts ?? []).map((a) => ({
       executionId: row.id,
@@ -296,9 +348,9 @@ export class Running {
     return updated;
   }
 
-  private async requeue(row: ExecutionRow, why: string): Promise<ExecutionRow> {
-    const u = await this.o.claims.giveBack(row);
-    this.o.logger.info({ execution_id: row.id, why }, 'job returned to the queue');
+  private async requeue(row: ExecutionRow, why: string, g: GiveBack = {}): Promise<ExecutionRow> {
+    const u = await this.o.claims.giveBack(row, g);
+    this.o.logger.info({ execution_id: row.id, why, ...(g.runAfter ? { run_after: g.runAfter.toISOString(), infra_failures: g.infraFailures } : {}) }, 'job returned to the queue');
     return u;
   }
 

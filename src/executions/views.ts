@@ -57,7 +57,8 @@ export function recordView(row: ExecutionRow, full: boolean, artifacts: Artifact
     relationship: row.relationship,
     stdout_truncated: row.stdout_truncated,
     stderr_truncated: row.stderr_truncated,
-    idempotency_key: row.idempotency_key,
+    // A key taken over by a resubmission (its job failed before its code started) still shows here.
+    idempotency_key: row.idempotency_key ?? row.retired_idempotency_key,
     timeout: row.timeout_s,
     startup_timeout: row.startup_timeout_s,
     requirements: row.requirements,

@@ -1,7 +1,9 @@
 /**
  * The dispatcher: fills free worker slots with queued jobs. Claims happen in the database
  * (`FOR UPDATE SKIP LOCKED`), so several processes share one queue without running a job twice.
- * Wakes on NOTIFY of new work and on a slow poll as a fallback for a lost notification.
+ * Wakes on NOTIFY of new work and on a slow poll as a fallback for a lost notification. A gate (the
+ * circuit breaker's state, see {@link dispatchGate}) can hold claims back: while the engine is known
+ * to be failing, queued work stays queued instead of being claimed only to fail.
  */
 import type { Logger } from '../logger.ts';
 import type { Slots } from './slots.ts';
@@ -17,6 +19,19 @@ export interface DispatchTarget<Row> {
   execute(row: Row, opts: { release: () => void }): Promise<unknown>;
 }
 
+/** Whether the dispatcher may claim now: `go`; `wait` that long first; `probe`: one job at a time. */
+export type DispatchGate = { kind: 'go' } | { kind: 'wait'; ms: number } | { kind: 'probe' };
+
+/**
+ * The gate for a circuit breaker's state: open → wait until it turns half-open (at least 50 ms, so a
+ * clock at the boundary cannot spin); half-open → one job at a time tests the engine; closed → go.
+ */
+export function dispatchGate(state: 'closed' | 'open' | 'half_open', retryInMs: number): DispatchGate {
+  if (state === 'open') return { kind: 'wait', ms: Math.max(50, retryInMs) };
+  if (state === 'half_open') return { kind: 'probe' };
+  return { kind: 'go' };
+}
+
 /** Options of {@link Dispatcher}. */
 export interface DispatcherOptions<Row> {
   target: DispatchTarget<Row>;
@@ -25,6 +40,8 @@ export interface DispatcherOptions<Row> {
   /** Subscribes to "work queued" wake-ups; returns an unsubscribe function. */
   subscribe?: (wake: () => void) => Promise<() => Promise<void>>;
   pollMs?: number;
+  /** Asked before each claim (default: always `go`). */
+  gate?: () => DispatchGate;
 }
 
 /** Serves queued jobs with the process's worker slots. */
@@ -80,6 +97,11 @@ export class Dispatcher<Row> {
 
   private async run(): Promise<void> {
     while (!this.stopping) {
+      const gate = this.o.gate?.() ?? { kind: 'go' };
+      if (gate.kind === 'wait' || (gate.kind === 'probe' && this.inflight.size > 0)) {
+        await this.pause(gate.kind === 'wait' ? Math.min(gate.ms, this.pollMs * 5) : Math.min(this.pollMs, 100));
+        continue;
+      }
       try {
         await this.o.slots.acquire(false, this.halt.signal);
       } catch {
@@ -116,6 +138,20 @@ export class Dispatcher<Row> {
         });
       this.inflight.add(p);
     }
+  }
+
+  /** Waits `ms` (NOTIFY wake-ups do not end it: the gate, not new work, is what holds the loop). */
+  private pause(ms: number): Promise<void> {
+    if (this.stopping) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.halt.signal.removeEventListener('abort', done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.halt.signal.addEventListener('abort', done, { once: true });
+    });
   }
 
   private idle(): Promise<void> {

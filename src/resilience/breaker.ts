@@ -65,6 +65,11 @@ export class CircuitBreaker {
     return this.stateValue;
   }
 
+  /** Milliseconds until an open circuit lets calls through again (half-open); 0 when not open. */
+  retryInMs(): number {
+    return this.state === 'open' ? Math.max(0, this.recoveryTimeoutMs - (this.clock.now() - this.openedAt)) : 0;
+  }
+
   /** Throws {@link BreakerOpenError} when calls are not allowed now. */
   check(): void {
     if (this.state === 'open') throw new BreakerOpenError(this.recoveryTimeoutMs - (this.clock.now() - this.openedAt));

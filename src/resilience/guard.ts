@@ -53,8 +53,11 @@ export interface GuardCall<T> {
 /** What a guarded call ended with; `attempts` is how many times the engine was called. */
 export type Guarded<T> =
   | { kind: 'ok'; value: T; attempts: number }
-  /** The circuit was open before an attempt (the first, or a retry): the engine was not called for it. */
-  | { kind: 'rejected'; error: BreakerOpenError; attempts: number }
+  /**
+   * The circuit was open before an attempt (the first, or a retry): the engine was not called for it.
+   * `lastFailure`: what the previous attempt threw, when there was one.
+   */
+  | { kind: 'rejected'; error: BreakerOpenError; attempts: number; lastFailure?: unknown }
   /** The last attempt threw (retries exhausted, not retryable, or neutral). */
   | { kind: 'failed'; error: unknown; attempts: number };
 
@@ -92,7 +95,7 @@ export class RunGuard {
         const again = n < max && !(err instanceof UnretryableError) && (call.retryable?.(err) ?? true);
         if (!again) return { kind: 'failed', error: err, attempts: n };
         // This failure opened the circuit: the retry would be refused, so do not wait for it.
-        if (isOpen()) return { kind: 'rejected', error: openError(breaker), attempts: n };
+        if (isOpen()) return { kind: 'rejected', error: openError(breaker), attempts: n, lastFailure: err };
         const delay = backoffDelay(n, policy.baseDelayMs, policy.maxDelayMs ?? 30_000, this.random);
         call.onRetry?.(n, err, delay);
         await this.sleep(delay);

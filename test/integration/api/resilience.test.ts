@@ -72,12 +72,16 @@ describe('circuit breaker, retries and the dead letter queue', () => {
     expect(body).toMatchObject({ success: false, error: { type: 'service_unavailable' }, code: 'service_unavailable' });
     expect(calls).toBe(0);
     expect(Date.now() - t0).toBeLessThan(2000);
-    // async jobs end the same way and are in the DLQ too
+    // An async job is not failed for the open circuit (issue 22 item 4): it stays queued, unclaimed,
+    // until the breaker lets runs through (test/integration/executions/infra-requeue.test.ts follows
+    // one to its end). Cancelled here so that the half-open test below counts only its own runs.
     const a = (await (await svc.post('/execute/async', { code: 'print(1)' })).json()) as J;
-    const rec = (await (await svc.get(`/jobs/${a.job_id}/result?wait=true&timeout=20`)).json()) as J;
-    expect(rec).toMatchObject({ status: 'failed', error: { type: 'service_unavailable' } });
+    await new Promise((r) => setTimeout(r, 1000));
+    expect((await (await svc.get(`/jobs/${a.job_id}`)).json()) as J).toMatchObject({ status: 'queued' });
+    expect(calls).toBe(0);
+    expect((await svc.post(`/jobs/${a.job_id}/cancel`)).status).toBe(200);
     const stats = (await (await svc.get('/dlq/stats')).json()) as J;
-    expect(stats.by_error_type.service_unavailable).toBeGreaterThanOrEqual(2);
+    expect(stats.by_error_type.service_unavailable).toBeGreaterThanOrEqual(1);
     expect(stats.total).toBe(Object.values(stats.by_error_type as Record<string, number>).reduce((a, b) => a + b, 0));
   });
 

@@ -4,9 +4,10 @@
  * workspace cannot touch them; to have the runs directory on the full filesystem, as on a host
  * without cgroups, the test bind-mounts a directory of the workspace over it.
  *
- * Decided: a run the service cannot prepare or collect because the disk is full fails with
+ * Decided: a sync run the service cannot prepare or collect because the disk is full fails with
  * `internal_error` (message names ENOSPC), is retried once, counts against the breaker and lands in
- * the DLQ — like any other failure of the machinery; a program whose own write hits ENOSPC ends as
+ * the DLQ — like any other failure of the machinery; a queued job that fails so before its code
+ * started goes back to the queue instead and runs once space is freed (issue 22 item 4); a program whose own write hits ENOSPC ends as
  * its exception says (`os_error`; `runtime_error` when even the runner's report no longer fits). The service keeps answering, and runs work again once space is
  * freed (after the breaker's recovery, if it opened).
  */
@@ -36,6 +37,7 @@ describe.skipIf(why !== null)('workspace out of space', () => {
   let svc: TestService;
   const unexpected5xx: string[] = [];
   let faults = 0;
+  let asyncJob = '';
 
   async function call(method: 'GET' | 'POST', p: string, body?: unknown): Promise<{ status: number; body: J }> {
     const res = method === 'POST' ? await svc.post(p, body) : await svc.get(p);
@@ -102,11 +104,14 @@ describe.skipIf(why !== null)('workspace out of space', () => {
     expect(sync.status).toBe(200);
     expect(sync.body).toMatchObject({ success: false, exit_code: null, error: { type: 'internal_error', message: expect.stringMatching(/ENOSPC/) } });
 
+    // A queued job is not failed for the full disk (issue 22 item 4): it goes back to the queue with a
+    // backoff, and runs once space is freed (the next test).
     const sub = await call('POST', '/execute/async', { code: 'print(2)' });
     expect(sub.status).toBe(202);
-    const res = await call('GET', `/jobs/${sub.body.job_id}/result?wait=true&timeout=30`);
-    expect(res.status).toBe(200);
-    expect(res.body).toMatchObject({ status: 'failed', error: { type: expect.stringMatching(/^(internal_error|service_unavailable)$/) } });
+    asyncJob = sub.body.job_id;
+    const res = await call('GET', `/jobs/${asyncJob}/result?wait=true&timeout=4`);
+    expect(res.status).toBe(408);
+    expect(['pending', 'queued', 'running']).toContain(res.body.status);
 
     // Still serving: health answers with a body, history reads work, the DLQ holds the failed run.
     const health = await call('GET', '/health');
@@ -130,6 +135,8 @@ describe.skipIf(why !== null)('workspace out of space', () => {
     expect(last).toMatchObject({ success: true, stdout: 'back\n' });
     expect((await call('POST', '/execute', { code: 'print(3)' })).body).toMatchObject({ success: true });
     expect((await call('GET', '/health')).body.circuit_breaker.state).toBe('closed');
+    const queued = await call('GET', `/jobs/${asyncJob}/result?wait=true&timeout=60`);
+    expect(queued.body).toMatchObject({ status: 'succeeded', stdout: '2\n' });
     expect(unexpected5xx).toEqual([]);
   }, 60_000);
 });

@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { silentLogger } from '../../../src/logger.ts';
-import { Dispatcher } from '../../../src/queue/dispatcher.ts';
+import { Dispatcher, dispatchGate, type DispatchGate } from '../../../src/queue/dispatcher.ts';
 import { Slots } from '../../../src/queue/slots.ts';
 
 describe('Dispatcher.stop', () => {
@@ -41,5 +41,54 @@ describe('Dispatcher.stop', () => {
     await d.start();
     expect(await d.stop(10_000)).toBe(true);
     expect(slots.busy).toBe(0);
+  });
+});
+
+describe('dispatchGate', () => {
+  it.each([
+    { state: 'closed', retry: 0, want: { kind: 'go' } },
+    { state: 'open', retry: 12_000, want: { kind: 'wait', ms: 12_000 } },
+    { state: 'open', retry: 0, want: { kind: 'wait', ms: 50 } },
+    { state: 'half_open', retry: 0, want: { kind: 'probe' } },
+  ] as const)('$state → $want.kind', ({ state, retry, want }) => {
+    expect(dispatchGate(state, retry)).toEqual(want);
+  });
+});
+
+describe('Dispatcher with a gate', () => {
+  it('claims nothing while the gate says wait, one job at a time while it says probe, all once it says go', async () => {
+    let gate: DispatchGate = { kind: 'wait', ms: 20 };
+    let claims = 0;
+    const finishers: (() => void)[] = [];
+    const slots = new Slots(3);
+    const d = new Dispatcher<number>({
+      slots,
+      logger: silentLogger,
+      pollMs: 10,
+      gate: () => gate,
+      target: {
+        claim: async () => ++claims,
+        execute: () => new Promise<void>((r) => finishers.push(r)),
+      },
+    });
+    await d.start();
+    d.wake(); // a NOTIFY does not end the wait
+    await new Promise((r) => setTimeout(r, 150));
+    expect(claims).toBe(0);
+    gate = { kind: 'probe' };
+    await new Promise((r) => setTimeout(r, 150));
+    expect(claims).toBe(1);
+    finishers.shift()!();
+    await new Promise((r) => setTimeout(r, 150));
+    expect(claims).toBe(2);
+    gate = { kind: 'go' };
+    await new Promise((r) => setTimeout(r, 150));
+    expect(claims).toBe(4); // three slots: the probe still running plus two more
+    expect(slots.busy).toBe(3);
+    for (const f of finishers.splice(0)) f();
+    gate = { kind: 'wait', ms: 10_000 };
+    const t0 = Date.now();
+    expect(await d.stop(1000)).toBe(true);
+    expect(Date.now() - t0).toBeLessThan(1000); // stop ends a long wait at once
   });
 });
