@@ -77,7 +77,7 @@ async function runtimeFor(proxyUrl: string): Promise<Runtime> {
  * proxy's log (`logs()`, JSON lines) holds the decisions with the execution id.
  */
 async function checkFromRunPod(rt: Runtime, proxyHostPort: string, logs: () => Promise<Record<string, unknown>[]>): Promise<void> {
-  const jobType = fromConfig(v.parse(JobTypeConfigSchema, { name: 'egress-e2e', network: { mode: 'bridge', allowed_hosts: [`${HOST_IP}:${sitePort}`] } }));
+  const jobType = fromConfig(v.parse(JobTypeConfigSchema, { name: 'egress-e2e', network: { mode: 'bridge', allowed_hosts: [`${HOST_IP}:${sitePort}`, '*.wild.test'] } }));
   const executionId = randomUUID();
   const otherPort = sitePort === 9 ? 10 : 9;
   const code = [
@@ -95,6 +95,13 @@ async function checkFromRunPod(rt: Runtime, proxyHostPort: string, logs: () => P
     'anon = urllib.request.build_opener(urllib.request.ProxyHandler({"http": "http://" + bare}))',
     `print("no-credential:", fetch("http://${HOST_IP}:${sitePort}/hello", anon))`,
     'print("proxy-host:", bare)',
+    // Issue 22 item 1: a NUL in a host that matches *.wild.test, sent raw with the run's credential.
+    'import base64, socket, urllib.parse',
+    'u = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])',
+    'cred = base64.b64encode(("%s:%s" % (urllib.parse.unquote(u.username), urllib.parse.unquote(u.password))).encode())',
+    's = socket.create_connection((u.hostname, u.port), timeout=20)',
+    `s.sendall(b"CONNECT ${HOST_IP}\\0.wild.test:${sitePort} HTTP/1.1\\r\\nProxy-Authorization: Basic " + cred + b"\\r\\n\\r\\n")`,
+    'print("nul-host:", s.recv(4096).split(b"\\r\\n")[0].decode())',
   ].join('\n');
   const raw = await rt.run({
     executionId,
@@ -114,6 +121,7 @@ async function checkFromRunPod(rt: Runtime, proxyHostPort: string, logs: () => P
   expect(out['other-port']).toMatch(new RegExp(`^403 sandpod egress proxy: egress to ${HOST_IP.replace(/\./g, '\\.')}:${otherPort} is not allowed`));
   expect(out['by-name']).toMatch(/^403 sandpod egress proxy: egress to example\.com:80 is not allowed/);
   expect(out['no-credential']).toMatch(/^407 sandpod egress proxy: proxy authentication failed \(missing\)/);
+  expect(out['nul-host']).toBe('HTTP/1.1 400 Bad Request');
   let lines: Record<string, unknown>[] = [];
   for (let i = 0; i < 30; i++) {
     lines = await logs();
@@ -203,9 +211,14 @@ describe.skipIf(!KUBECONFIG)('egress proxy e2e (needs SANDPOD_E2E_KUBECONFIG and
                 env: [
                   { name: 'SANDPOD_EGRESS_KEY_FILE', value: '/etc/sandpod/egress/key' },
                   { name: 'SANDPOD_EGRESS_PORT', value: '3128' },
+                  { name: 'SANDPOD_EGRESS_HEALTH_PORT', value: '8081' },
                 ],
-                ports: [{ name: 'proxy', containerPort: 3128, protocol: 'TCP' }],
-                readinessProbe: { tcpSocket: { port: 3128 }, periodSeconds: 1 },
+                ports: [
+                  { name: 'proxy', containerPort: 3128, protocol: 'TCP' },
+                  { name: 'health', containerPort: 8081, protocol: 'TCP' },
+                ],
+                // As the chart probes it: /readyz over HTTP (503 when saturated).
+                readinessProbe: { httpGet: { path: '/readyz', port: 8081 }, periodSeconds: 1 },
                 securityContext: { allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ['ALL'] } },
                 volumeMounts: [
                   { name: 'code', mountPath: '/app/egress-e2e', readOnly: true },
