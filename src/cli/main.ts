@@ -38,6 +38,13 @@ const sink: OutputSink = {
   note: (t) => void process.stderr.write(`sandpod: ${t}\n`),
 };
 
+/** What the record says it does not list: `<before>N more entries of /output not listed<after>`, or ''. */
+function unlisted(record: ExecutionRecordFull, before: string, after: string): string {
+  if (!record.artifacts_truncated) return '';
+  const more = record.artifacts_total - record.artifacts.length;
+  return `${before}${more > 0 ? `${more} more` : 'more'} entries of /output not listed${after}`;
+}
+
 const print = (text: string) => void process.stdout.write(text.endsWith('\n') ? text : `${text}\n`);
 const printJson = (value: unknown) => print(JSON.stringify(value, null, 2));
 /** Prints the service's JSON text indented, its numbers exactly as sent (JSON.parse would round big ones). */
@@ -249,7 +256,7 @@ export function buildProgram(onExit: (code: number) => void): Command {
         ['job', record.job_id],
         ['status', `${record.status}${record.exit_code !== null ? ` (exit ${record.exit_code})` : ''} in ${formatDuration(record.duration_ms)}`],
         ...(record.error ? [['error', `${record.error.type}: ${record.error.message}`]] : []),
-        ...(record.artifacts.length ? [['artifacts', record.artifacts.map((a) => a.name).join(', ')]] : []),
+        ...(record.artifacts.length ? [['artifacts', record.artifacts.map((a) => a.name).join(', ') + unlisted(record, ' (and ', ')')]] : []),
         ['output', record.output === null ? 'null' : JSON.stringify(record.output, null, 2)],
       ];
       for (const [k, v] of lines) print(`${k!.padEnd(10)}${v}`);
@@ -297,6 +304,7 @@ export function buildProgram(onExit: (code: number) => void): Command {
         if (c.json) return printJson(record.artifacts);
         const rows = record.artifacts.map((a) => [a.name, a.skipped ? `skipped: ${a.skipped}` : formatBytes(a.size_bytes), a.content_type]);
         process.stdout.write(table(['NAME', 'SIZE', 'TYPE'], rows));
+        if (record.artifacts_truncated) sink.note(`only these are listed${unlisted(record, ': ', '')}`);
         return;
       }
       const wanted = name === undefined ? kept : kept.filter((a) => a.name === name);
@@ -318,6 +326,7 @@ export function buildProgram(onExit: (code: number) => void): Command {
       }
       if (c.json) return printJson(written);
       for (const w of written) print(w.path);
+      if (name === undefined && record.artifacts_truncated) sink.note(`only the listed artifacts were downloaded${unlisted(record, ': ', '')}`);
     });
 
   program

@@ -130,6 +130,19 @@ describe('sandpod against a running service', () => {
     expect(rerun).toMatchObject({ code: 0, stdout: 'made it\n' });
   });
 
+  it('result and artifacts say when /output held more than the record lists', async () => {
+    const prog = file('many.py', 'for i in range(1003):\n    open(f"/output/f{i:04d}.txt", "w").write("x")\n');
+    const id = (await sandpod(['run', '--async', prog], env)).stdout.trim();
+    const res = await sandpod(['result', id, '--wait', '--timeout', '60'], env);
+    expect(res.code, res.stderr).toBe(0);
+    expect(res.stdout).toMatch(/^artifacts\s+f0000\.txt, .*f0999\.txt \(and 3 more entries of \/output not listed\)$/m);
+    const list = await sandpod(['artifacts', id], env);
+    expect(list.code, list.stderr).toBe(0);
+    expect(list.stdout).toContain('f0999.txt');
+    expect(list.stdout).not.toContain('f1000.txt');
+    expect(list.stderr).toContain('only these are listed: 3 more entries of /output not listed');
+  }, 120_000);
+
   it('cancel: a running job is cancelled, and `run` reports it with exit code 130', async () => {
     const prog = file('long.py', 'import time\nprint("started", flush=True)\ntime.sleep(60)\n');
     const sub = await sandpod(['run', '--async', prog], env);
