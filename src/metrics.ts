@@ -29,6 +29,8 @@ export class Metrics {
   readonly submissions: Counter<'mode' | 'outcome'>;
   readonly httpRequests: Counter<'method' | 'route' | 'status'>;
   readonly httpDuration: Histogram<'method' | 'route'>;
+  readonly eventStreams: Gauge;
+  readonly eventStreamsRefused: Counter<'reason'>;
   private warmSource: () => WarmPoolStats[] = () => [];
   private authSource: () => AuthStats | null = () => null;
 
@@ -66,6 +68,13 @@ export class Metrics {
       help: 'Time from receiving a request to its response headers, by method and route template',
       labelNames: ['method', 'route'],
       buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300],
+      registers,
+    });
+    this.eventStreams = new Gauge({ name: 'sandpod_event_streams_open', help: 'Event streams (GET /jobs/{id}/events) open in this process', registers });
+    this.eventStreamsRefused = new Counter({
+      name: 'sandpod_event_streams_refused_total',
+      help: 'Event streams refused with 429, by the cap reached: total (http.max_event_streams) or per_token',
+      labelNames: ['reason'],
       registers,
     });
     // Warm sandboxes (issue 10), read from the runtime at scrape time.

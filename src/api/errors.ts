@@ -13,9 +13,9 @@ import { securityHeaders } from './middleware/request-context.ts';
 
 /**
  * `Retry-After` (seconds) of the 503s a client should simply retry: a draining instance (another one,
- * or this one once restarted, takes the work) and a full queue.
+ * or this one once restarted, takes the work), a full queue, and a cap on open event streams.
  */
-const RETRY_AFTER_S = { shutting_down: 2, queue_full: 5 } as const;
+const RETRY_AFTER_S = { shutting_down: 2, queue_full: 5, too_many_requests: 5 } as const;
 
 /** Builds the error response for `err`. */
 export function errorResponse(err: unknown, c: Context<AppEnv>): Response {

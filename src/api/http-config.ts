@@ -22,7 +22,7 @@ export const HttpConfigSchema = v.optional(
     ),
     /** Concurrent `GET /jobs/{id}/events` streams this process serves in all; past it, 429. */
     max_event_streams: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1), v.maxValue(100_000)), 256),
-    /** Concurrent event streams per token (per client when authentication is off); past it, 429. */
+    /** Concurrent event streams per token (with authentication off, all callers share one allowance); past it, 429. */
     max_event_streams_per_token: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1), v.maxValue(100_000)), 32),
   }),
   {},

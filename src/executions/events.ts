@@ -4,12 +4,10 @@
  * Written by the process holding the run ({@link RunEventWriter}): phase changes and output chunks go
  * to the `execution_events` table, capped per stream at `max_stdout_bytes` like the record, and a
  * NOTIFY on {@link EVENTS_CHANNEL} wakes readers in every process. Read by any replica
- * ({@link EventFeed}): a reader pages through the table after the client's last event id, one page at
- * a time and only when the previous one was written to the client, so a slow client holds one page
- * of memory, never the run's output. The record stays the truth: the final `status`, `artifact` and
- * `end` events are made from it when it is terminal (ids continue after the stored ones, so they are
- * the same on every read), and a run that stored no output (finished before this existed, or a
- * runtime that reports none) gets its output from the record.
+ * (event-feed.ts: one reader per watched run, fanned out to its streams). The record stays the truth:
+ * the final `status`, `artifact` and `end` events are made from it when it is terminal (ids continue
+ * after the stored ones, so they are the same on every read), and a run that stored no output
+ * (finished before this existed, or a runtime that reports none) gets its output from the record.
  *
  * Ids: id 0 is the record's creation (synthesized, `queued`, or `starting` for a sync run), stored
  * events carry their row id (increasing per run: one holder writes a run at a time), the terminal
@@ -17,14 +15,8 @@
  */
 import type { Clock } from '../clock.ts';
 import type { Logger } from '../logger.ts';
-import { DONE_CHANNEL } from '../queue/channels.ts';
-import { listArtifacts } from '../store/artifacts.repository.ts';
-import type { Db, ExecutionRow } from '../store/database.ts';
-import { appendEvents, eventsAfter, eventsSummary, storedOutput, type NewRunEvent } from '../store/events.repository.ts';
-import { getExecution } from '../store/executions.repository.ts';
-import { stringifyJson } from '../util/json.ts';
-import { isTerminal } from './status.ts';
-import { recordView } from './views.ts';
+import type { Db } from '../store/database.ts';
+import { appendEvents, storedOutput, type NewRunEvent } from '../store/events.repository.ts';
 
 /** Events of a run were stored (payload: its id). A hint, like every channel (queue/channels.ts). */
 export const EVENTS_CHANNEL = 'sandpod_events';
@@ -36,15 +28,11 @@ export type EventPhase = 'queued' | 'starting' | 'installing' | 'running' | 'fin
 export type OutputStream = 'stdout' | 'stderr';
 
 /** Longest text of one stored output event, characters. */
-const CHUNK_CHARS = 16 * 1024;
-/** Events read from the table per page (each at most {@link CHUNK_CHARS} of output). */
-const PAGE = 32;
+export const CHUNK_CHARS = 16 * 1024;
 /** How long a status change waits to be written with what follows it, ms: unnoticeable to a watcher. */
 const STATUS_FLUSH_MS = 20;
 /** Keep-alive comment interval, ms (the contract's 15 s). */
 export const PING_MS = 15_000;
-/** Readers re-check the table this often even without a notification (a lost NOTIFY costs this much). */
-const POLL_MS = 2_000;
 
 const iso = (ms: number | Date | string) => new Date(ms).toISOString();
 
@@ -240,132 +228,4 @@ export class RunEventWriter {
       }
     });
   }
-}
-
-/** One thing to send: an event, or a keep-alive comment. */
-export type FeedItem = { id: string; event: string; data: string } | { ping: true };
-
-/**
- * Reads run events for clients, in any process: one LISTEN per channel per process, fanned out to
- * the streams waiting on a run.
- */
-export class EventFeed {
-  private readonly waiters = new Map<string, Set<() => void>>();
-  private unlisten: (() => Promise<void>)[] = [];
-  /** Bytes of event data read from the store and handed to streams so far (tests, diagnostics). */
-  dataBytesRead = 0;
-  private stopped = false;
-
-  constructor(
-    private readonly db: Db,
-    private readonly opts: { pingMs?: number; pollMs?: number } = {},
-  ) {}
-
-  async start(): Promise<void> {
-    const wake = (id: string) => {
-      for (const w of this.waiters.get(id) ?? []) w();
-    };
-    this.unlisten.push(await this.db.listen(EVENTS_CHANNEL, wake), await this.db.listen(DONE_CHANNEL, wake));
-  }
-
-  /**
-   * Ends every open stream (shutdown): their clients reconnect with `Last-Event-ID`, to another replica
-   * or to this one once it is back, and miss nothing.
-   */
-  async stop(): Promise<void> {
-    this.stopped = true;
-    for (const u of this.unlisten.splice(0)) await u().catch(() => {});
-    for (const set of this.waiters.values()) for (const w of set) w();
-  }
-
-  /**
-   * The events of run `id` after `afterId` (-1: from the start), ending with `end` once the record is
-   * terminal. Pulled: the next page is read only when the caller asks for the next item.
-   */
-  async *stream(row: ExecutionRow, afterId: number, signal?: AbortSignal): AsyncGenerator<FeedItem> {
-    const id = row.id;
-    let wake!: () => void;
-    let woken = false;
-    let wakeUp: Promise<void> = new Promise((r) => (wake = r));
-    const onWake = () => {
-      woken = true;
-      wake();
-    };
-    let set = this.waiters.get(id);
-    if (!set) this.waiters.set(id, (set = new Set()));
-    set.add(onWake);
-    signal?.addEventListener('abort', onWake);
-    const pingMs = this.opts.pingMs ?? PING_MS;
-    try {
-      let last = afterId;
-      if (last < 0) {
-        yield { id: '0', event: 'status', data: JSON.stringify(creationStatus(row)) };
-        last = 0;
-      }
-      let lastSent = Date.now();
-      while (!signal?.aborted && !this.stopped) {
-        // Subscribed before reading: a write after this read wakes the wait below.
-        woken = false;
-        const page = await eventsAfter(this.db.kysely, id, last, PAGE);
-        for (const e of page) {
-          this.dataBytesRead += e.data.length;
-          yield { id: String(e.id), event: e.kind, data: e.data };
-          last = e.id;
-          lastSent = Date.now();
-        }
-        if (page.length === PAGE) continue;
-        const now = await getExecution(this.db.kysely, id);
-        if (!now) return;
-        if (isTerminal(now.status)) {
-          // Output is stored before the record is settled: what the read above missed is there now.
-          if ((await eventsAfter(this.db.kysely, id, last, 1)).length > 0) continue;
-          for (const e of await this.tail(now)) if (Number(e.id) > last) yield e;
-          return;
-        }
-        if (!woken) {
-          const waitMs = Math.min(this.opts.pollMs ?? POLL_MS, Math.max(1, lastSent + pingMs - Date.now()));
-          let timer: NodeJS.Timeout | undefined;
-          await Promise.race([wakeUp, new Promise<void>((r) => (timer = setTimeout(r, waitMs)))]);
-          clearTimeout(timer);
-        }
-        wakeUp = new Promise((r) => (wake = r));
-        if (!woken && Date.now() - lastSent >= pingMs) {
-          yield { ping: true };
-          lastSent = Date.now();
-        }
-      }
-    } finally {
-      signal?.removeEventListener('abort', onWake);
-      set.delete(onWake);
-      if (set.size === 0) this.waiters.delete(id);
-    }
-  }
-
-  /** The terminal events, made from the record; ids after the run's largest stored id. */
-  private async tail(row: ExecutionRow): Promise<{ id: string; event: string; data: string }[]> {
-    const { maxId, hasOutput } = await eventsSummary(this.db.kysely, row.id);
-    const arts = await listArtifacts(this.db.kysely, row.id);
-    const record = recordView(row, true, arts);
-    const out: { event: string; data: string }[] = [];
-    if (!hasOutput) {
-      for (const s of ['stdout', 'stderr'] as const) {
-        const text = (record[s] as string | null) ?? '';
-        for (let i = 0; i < text.length; i += CHUNK_CHARS) out.push({ event: s, data: JSON.stringify({ data: text.slice(i, i + CHUNK_CHARS) }) });
-        if (record[`${s}_truncated`] === true) out.push({ event: 'truncated', data: JSON.stringify({ stream: s }) });
-      }
-    }
-    out.push({
-      event: 'status',
-      data: stringifyJson({ status: row.status, phase: 'finished', at: iso(row.ended_at ?? row.created_at), ...(record.timing ? { timing: record.timing } : {}) }),
-    });
-    for (const a of (record.artifacts as unknown[] | undefined) ?? []) out.push({ event: 'artifact', data: stringifyJson(a) });
-    out.push({ event: 'end', data: stringifyJson(record) });
-    return out.map((e, i) => ({ id: String(maxId + 1 + i), ...e }));
-  }
-}
-
-/** Event 0: the record as it was created (async: queued; sync: starting at once). */
-function creationStatus(row: ExecutionRow): Record<string, unknown> {
-  const sync = row.mode === 'sync';
-  return { status: sync ? 'running' : 'queued', phase: sync ? 'starting' : 'queued', at: iso(row.created_at), timing: {} };
 }

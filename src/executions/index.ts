@@ -4,7 +4,7 @@
  */
 export { Executions, type SubmittedJob } from './service.ts';
 export { CompletionWaiter } from './waiter.ts';
-export { EventFeed } from './events.ts';
+export { EventFeed } from './event-feed.ts';
 export { inputArtifactFiles, recordView, syncView } from './views.ts';
 export * from './status.ts';
 /** Whether an error means the database is out of reach (the API answers 503 for it). */

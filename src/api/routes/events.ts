@@ -3,7 +3,8 @@
  * resumable with `Last-Event-ID`. The events come from executions/events.ts; this route parses the
  * resume point, answers 404 for an unknown id, and writes the events with hono's `streamSSE`, one at
  * a time: each write waits until the client took the previous one, so a slow reader slows the reads
- * from the database instead of growing a buffer.
+ * from the database instead of growing a buffer. Open streams are capped per token and in all
+ * (api/stream-limits.ts; 429 past either).
  */
 import { Hono } from 'hono';
 import { streamSSE } from 'hono/streaming';
@@ -11,6 +12,7 @@ import { describeRoute } from 'hono-openapi';
 import { AppError } from '../../errors.ts';
 import type { AppDeps, AppEnv } from '../deps.ts';
 import { errorResponses, pathParam } from '../openapi.ts';
+import { StreamLimits } from '../stream-limits.ts';
 
 const EVENTS_DOC =
   'Server-Sent Events. Each event has an `id:` (increasing per run, a decimal integer) and a JSON `data:` line. ' +
@@ -22,6 +24,7 @@ const EVENTS_DOC =
 /** Route of the event stream. */
 export function eventRoutes(deps: AppDeps) {
   const app = new Hono<AppEnv>();
+  const limits = new StreamLimits(deps.config.http.max_event_streams, deps.config.http.max_event_streams_per_token);
   app.get(
     '/jobs/:id/events',
     describeRoute({
@@ -39,7 +42,7 @@ export function eventRoutes(deps: AppDeps) {
       ],
       responses: {
         200: { description: 'The event stream', content: { 'text/event-stream': { schema: { type: 'string', description: EVENTS_DOC } } } },
-        ...errorResponses(400, 404),
+        ...errorResponses(400, 404, 429),
       },
     }),
     async (c) => {
@@ -49,6 +52,19 @@ export function eventRoutes(deps: AppDeps) {
       if (!row) throw new AppError('not_found', `job '${id}' not found`);
       const feed = deps.events;
       if (!feed) throw new AppError('not_implemented', 'event streams are not available in this service');
+      const ticket = limits.acquire(c.get('principal') ?? 'anonymous');
+      if ('refused' in ticket) {
+        deps.metrics.eventStreamsRefused.inc({ reason: ticket.refused });
+        throw new AppError('too_many_requests', ticket.detail);
+      }
+      deps.metrics.eventStreams.inc();
+      let released = false;
+      const release = () => {
+        if (released) return;
+        released = true;
+        ticket.release();
+        deps.metrics.eventStreams.dec();
+      };
       c.header('X-Accel-Buffering', 'no');
       return streamSSE(c, async (stream) => {
         const stop = new AbortController();
@@ -65,6 +81,7 @@ export function eventRoutes(deps: AppDeps) {
           c.get('logger')?.warn({ execution_id: id, err: String(err) }, 'event stream ended by an error');
         } finally {
           c.req.raw.signal.removeEventListener('abort', onGone);
+          release();
         }
       });
     },

@@ -94,7 +94,7 @@ describe('a slow reader', () => {
     await new Promise((r) => sock.once('connect', r));
     sock.pause();
     const before = svc.events.dataBytesRead;
-    sock.write(`GET /jobs/${id}/events HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`);
+    sock.write(`GET /jobs/${id}/events HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`);
     // Until the server has started and then stopped reading ahead (its writes wait for the reader).
     for (let i = 0; i < 200 && svc.events.dataBytesRead === before; i++) await new Promise((r) => setTimeout(r, 50));
     let last = -1;
