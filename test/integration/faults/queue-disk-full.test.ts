@@ -1,0 +1,88 @@
+/**
+ * 50 async jobs queued while the workspace disk is full (issue 22 item 4 and "What must hold"): the
+ * runs cannot be prepared (ENOSPC), the breaker opens, and the jobs wait in the queue instead of
+ * failing; 10 s later space is freed and every job runs once and succeeds with its own output.
+ * The set-up is workspace-full.test.ts's: a small tmpfs workspace with the runs directory on it
+ * (root and PostgreSQL needed: PGlite would live on the full disk).
+ */
+import { execFileSync, spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Runtime } from '../../../src/runtime/runtime.ts';
+import { freshDatabase, testDbKind, type TestDatabase } from '../../support/db.ts';
+import { appClient, countingStarts, settledBatch, statuses, submitBatch, wrongSuccess, type BatchClient } from '../../support/job-batch.ts';
+import { startTestService, type TestService } from '../../support/service.ts';
+
+async function canMount(): Promise<string | null> {
+  if (process.getuid?.() !== 0) return 'mounting a tmpfs needs root';
+  if ((await testDbKind()) !== 'postgres') return 'needs PostgreSQL (PGlite lives in the workspace)';
+  return null;
+}
+const why = await canMount();
+if (why) console.warn(`skipping the 50-job full-disk test: ${why}`);
+
+describe.skipIf(why !== null)('50 queued jobs, workspace disk full for 10 s', () => {
+  let db: TestDatabase;
+  let ws: string;
+  let runsDir: string;
+  let svc: TestService;
+  let client: BatchClient;
+  let starts: Map<string, number>;
+
+  beforeAll(async () => {
+    db = await freshDatabase();
+    ws = mkdtempSync(path.join(tmpdir(), 'sandpod-full50-'));
+    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=48m,mode=755', 'sandpod-full50-ws', ws]);
+    svc = await startTestService(
+      { max_workers: 3, max_queue_size: 1000, breaker: { failure_threshold: 5, recovery_timeout_ms: 2000, success_threshold: 2 } },
+      {
+        runtime: async (real) => {
+          const c = countingStarts(await real());
+          starts = c.starts;
+          return c.runtime as Runtime;
+        },
+      },
+      { ...db, workspace: ws },
+    );
+    client = appClient(svc);
+    const sandboxDir = path.join(ws, 'sandbox');
+    runsDir = path.join(sandboxDir, readdirSync(sandboxDir).find((d) => readdirSync(path.join(sandboxDir, d)).includes('runs'))!, 'runs');
+    const onWs = path.join(ws, 'runs-on-workspace');
+    mkdirSync(onWs, { mode: 0o755 });
+    execFileSync('mount', ['--bind', onWs, runsDir]);
+  }, 120_000);
+
+  afterAll(async () => {
+    await svc?.close().catch(() => {});
+    if (runsDir) spawnSync('umount', ['-l', runsDir]);
+    if (ws) {
+      spawnSync('umount', ['-l', ws]);
+      rmSync(ws, { recursive: true, force: true });
+    }
+    await db?.drop();
+  });
+
+  it('none fails for the full disk; each runs once and succeeds after space is freed', async () => {
+    spawnSync('dd', ['if=/dev/zero', `of=${ws}/filler`, 'bs=1M', 'count=1000000'], { stdio: 'ignore' });
+    const ids = await submitBatch(client, 50);
+    let opened = false;
+    for (const until = Date.now() + 10_000; Date.now() < until; ) {
+      opened ||= svc.breaker.state === 'open';
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    // The fault was met (runs failed to be prepared, the breaker opened), yet no job ended.
+    expect(opened).toBe(true);
+    const during = await statuses(client, ids);
+    expect(during.filter((s) => s !== 'queued' && s !== 'running')).toEqual([]);
+    const failures = await svc.db.kysely.selectFrom('executions').select('infra_failures').where('id', 'in', ids).execute();
+    expect(failures.some((r) => r.infra_failures > 0)).toBe(true);
+    expect(starts.size).toBe(0);
+
+    rmSync(path.join(ws, 'filler'));
+    const rows = await settledBatch(client, ids);
+    expect(rows.map((r, i) => wrongSuccess(i, r)).filter(Boolean)).toEqual([]);
+    expect(ids.filter((id) => starts.get(id) !== 1).map((id) => [id, starts.get(id) ?? 0])).toEqual([]);
+  }, 120_000);
+});
