@@ -265,6 +265,11 @@ describeWithChromium('web console in Chromium', () => {
       const [download] = await Promise.all([page.waitForEvent('download'), page.locator('tr[data-artifact="data.csv"] a').click()]);
       expect(download.suggestedFilename()).toBe('data.csv');
       expect(await readFile((await download.path())!, 'utf8')).toBe('a,b\n1,2\n');
+
+      // The health page: /health gives its details only with the token, which the console sends.
+      await page.goto(`${r.base}/ui#/health`);
+      await expect.poll(() => page.locator('#health-status').textContent()).toBe('healthy');
+      await expect.poll(() => page.locator('#engine').textContent()).toContain(r.svc.config.sandbox_engine === 'auto' ? '' : r.svc.config.sandbox_engine);
       expect(problems).toEqual([]);
     });
   });
