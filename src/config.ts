@@ -8,6 +8,7 @@ import path from 'node:path';
 import * as v from 'valibot';
 import YAML from 'yaml';
 import { HttpConfigSchema } from './api/http-config.ts';
+import { withEnvOverrides } from './config-env.ts';
 import { isHostPattern } from './jobtypes/host-patterns.ts';
 
 const MEMORY_RE = /^\d+(\.\d+)?\s*([kKmMgG]i?|[bB])?$/;
@@ -333,30 +334,13 @@ export function readConfigFile(file: string): unknown {
 
 /**
  * Builds the frozen configuration from a raw object (file contents) and the environment.
- * Env wins over the file: `SVC_WORKSPACE`, `SVC_DATABASE_URL`, `PORT`, `SVC_HOST`, `SVC_LOG_LEVEL`,
- * `SVC_LOG_FORMAT`, `SVC_API_TOKENS` (comma-separated), `SVC_API_TOKENS_FILE` and `SVC_ALLOWED_HOSTS`
- * (comma-separated, replaces `http.allowed_hosts`).
+ * Env wins over the file: `PORT` and the variables of config-env.ts.
  */
 export function parseConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env): Config {
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
     throw new ConfigError('configuration must be a mapping of keys to values');
   }
-  const merged: Record<string, unknown> = { ...(raw as Record<string, unknown>) };
-  if (env.SVC_WORKSPACE) merged.workspace = env.SVC_WORKSPACE;
-  if (env.SVC_DATABASE_URL) merged.database_url = env.SVC_DATABASE_URL;
-  if (env.SVC_LOG_LEVEL) merged.log_level = env.SVC_LOG_LEVEL;
-  if (env.SVC_LOG_FORMAT) merged.log_format = env.SVC_LOG_FORMAT;
-  if (env.SVC_HOST) merged.host = env.SVC_HOST;
-  if (env.SVC_API_TOKENS || env.SVC_API_TOKENS_FILE) {
-    const auth = { ...((merged.auth as Record<string, unknown> | undefined) ?? {}) };
-    if (env.SVC_API_TOKENS) auth.tokens = env.SVC_API_TOKENS.split(',').map((t) => t.trim()).filter(Boolean);
-    if (env.SVC_API_TOKENS_FILE) auth.tokens_file = env.SVC_API_TOKENS_FILE;
-    merged.auth = auth;
-  }
-  if (env.SVC_ALLOWED_HOSTS) {
-    const http = { ...((merged.http as Record<string, unknown> | undefined) ?? {}) };
-    merged.http = { ...http, allowed_hosts: env.SVC_ALLOWED_HOSTS.split(',').map((h) => h.trim()).filter(Boolean) };
-  }
+  const merged = withEnvOverrides(raw as Record<string, unknown>, env);
   if (env.PORT !== undefined && env.PORT !== '') {
     const port = Number(env.PORT);
     if (!Number.isInteger(port)) throw new ConfigError(`PORT: must be an integer, got ${JSON.stringify(env.PORT)}`);
