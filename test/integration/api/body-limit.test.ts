@@ -76,6 +76,21 @@ describe('413 for a body over max_body_bytes', () => {
     }
   }, 60_000);
 
+  it('a chunked body (no Content-Length) that passes the limit while being read gets the 413 too', async () => {
+    const sock = connect(port, '127.0.0.1');
+    await new Promise<void>((resolve) => sock.once('connect', resolve));
+    let received = '';
+    sock.on('data', (c: Buffer) => (received += c.toString('latin1')));
+    sock.on('error', () => {});
+    await write(sock, `POST /execute HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n`);
+    const piece = Buffer.alloc(64 * 1024, 'a');
+    for (let i = 0; i < 32; i++) await write(sock, Buffer.concat([Buffer.from(`${piece.length.toString(16)}\r\n`), piece, Buffer.from('\r\n')]));
+    await write(sock, '0\r\n\r\n');
+    await expect.poll(() => received, { timeout: 10_000 }).toContain('exceeds');
+    expect(received.slice(0, 12)).toBe('HTTP/1.1 413');
+    sock.destroy();
+  }, 30_000);
+
   it('the 415 of a large non-JSON body is read the same way', async () => {
     const a = await postWholeThenRead(port, '/execute', Buffer.alloc(600_000, 'x'), { lateMs: 1000, type: 'text/plain' });
     expect(a.slice(0, 12)).toBe('HTTP/1.1 415');
