@@ -5,6 +5,9 @@
  * off every caller shares one key) and in all; past either, the stream is refused with 429.
  */
 
+/** The key of every caller when authentication is off (api/middleware/host-guard.ts sets it). */
+export const SHARED_KEY = 'local';
+
 /** An admitted stream: call `release` exactly once when it ends (later calls do nothing). */
 export interface StreamTicket {
   release(): void;
@@ -29,7 +32,8 @@ export class StreamLimits {
   acquire(key: string): StreamTicket | { refused: 'total' | 'per_token'; detail: string } {
     const mine = this.byKey.get(key) ?? 0;
     if (mine >= this.perKey) {
-      return { refused: 'per_token', detail: `too many event streams open for this token (${mine} of http.max_event_streams_per_token ${this.perKey}); close one or retry later` };
+      const whose = key === SHARED_KEY ? 'by callers without a token (they share one allowance)' : 'for this token';
+      return { refused: 'per_token', detail: `too many event streams open ${whose} (${mine} of http.max_event_streams_per_token ${this.perKey}); close one or retry later` };
     }
     if (this.total >= this.max) {
       return { refused: 'total', detail: `too many event streams open on this replica (${this.total} of http.max_event_streams ${this.max}); retry later` };

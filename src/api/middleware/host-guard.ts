@@ -24,6 +24,7 @@ import { AppError } from '../../errors.ts';
 import type { AppEnv } from '../deps.ts';
 import { errorResponse } from '../errors.ts';
 import { requestHeader } from '../request-header.ts';
+import { SHARED_KEY } from '../stream-limits.ts';
 import { OPEN_PATHS } from './auth.ts';
 
 /** The name part of a Host header value (`name[:port]`, `[v6][:port]`), lower case, no trailing dot; null when malformed. */
@@ -93,7 +94,7 @@ export function hostGuard(allowedHosts: readonly string[]): MiddlewareHandler<Ap
   return async (c, next) => {
     const host = requestHeader(c, 'host') ?? hostOfUrl(c.req.url);
     const allowed = hostAllowed(host, allowedHosts);
-    if (allowed) c.set('principal', 'local');
+    if (allowed) c.set('principal', SHARED_KEY);
     if (OPEN_PATHS.has(c.req.path)) return next();
     if (!allowed) {
       const shown = (host ?? '(none)').slice(0, 100);

@@ -12,7 +12,7 @@ import { describeRoute } from 'hono-openapi';
 import { AppError } from '../../errors.ts';
 import type { AppDeps, AppEnv } from '../deps.ts';
 import { errorResponses, pathParam } from '../openapi.ts';
-import { StreamLimits } from '../stream-limits.ts';
+import { SHARED_KEY, StreamLimits } from '../stream-limits.ts';
 
 const EVENTS_DOC =
   'Server-Sent Events. Each event has an `id:` (increasing per run, a decimal integer) and a JSON `data:` line. ' +
@@ -52,7 +52,7 @@ export function eventRoutes(deps: AppDeps) {
       if (!row) throw new AppError('not_found', `job '${id}' not found`);
       const feed = deps.events;
       if (!feed) throw new AppError('not_implemented', 'event streams are not available in this service');
-      const ticket = limits.acquire(c.get('principal') ?? 'anonymous');
+      const ticket = limits.acquire(c.get('principal') ?? SHARED_KEY);
       if ('refused' in ticket) {
         deps.metrics.eventStreamsRefused.inc({ reason: ticket.refused });
         throw new AppError('too_many_requests', ticket.detail);

@@ -1,6 +1,6 @@
 /** The event-stream caps (issue 22 item 8): per key, then in all; a release frees exactly one place, once. */
 import { describe, expect, it } from 'vitest';
-import { StreamLimits, type StreamTicket } from '../../../src/api/stream-limits.ts';
+import { SHARED_KEY, StreamLimits, type StreamTicket } from '../../../src/api/stream-limits.ts';
 
 const ok = (t: ReturnType<StreamLimits['acquire']>): StreamTicket => {
   if ('refused' in t) throw new Error(`refused: ${t.detail}`);
@@ -20,5 +20,11 @@ describe('StreamLimits', () => {
     expect(l.open).toBe(2);
     ok(l.acquire('c'));
     expect(l.acquire('c')).toMatchObject({ refused: 'total' });
+  });
+
+  it('without tokens the message says all callers share the allowance', () => {
+    const l = new StreamLimits(10, 1);
+    ok(l.acquire(SHARED_KEY));
+    expect(l.acquire(SHARED_KEY)).toMatchObject({ refused: 'per_token', detail: expect.stringContaining('callers without a token') });
   });
 });
