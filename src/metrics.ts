@@ -144,6 +144,16 @@ export class Metrics {
         this.set(auth()?.failed ? 1 : 0);
       },
     });
+    new Counter({
+      name: 'sandpod_warm_handover_retries_total',
+      help: 'Hand-overs to a claimed warm sandbox that failed before the program started; each run was tried again (another warm sandbox, or cold)',
+      labelNames: ['job_type'],
+      registers,
+      collect() {
+        this.reset();
+        for (const s of warm()) if (s.handover_retries !== undefined) this.inc({ job_type: s.job_type }, s.handover_retries);
+      },
+    });
     if (opts.defaultMetrics) {
       // prom-client's standard names (process_*, nodejs_*), unprefixed, so stock dashboards and
       // alerts find them.

@@ -49,7 +49,7 @@ export const RUNNER_TIMEOUT_EXIT = 124;
 /** The runner's exit status when it failed itself (runner.py `EXIT_RUNNER_ERROR`). */
 export const RUNNER_ERROR_EXIT = 125;
 /**
- * The exit status of a `--wait` runner whose stdin closed before the go line (runner.py
+ * The exit status of a `--wait` runner whose go channel (stdin, or the --go-port connection) closed before the go line (runner.py
  * `EXIT_NOT_DELIVERED`): no program ran. Locally a retired sandbox ends this way; for a run it means
  * the hand-over failed (in a cluster, an attach that connected and then dropped, or was refused).
  */

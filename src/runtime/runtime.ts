@@ -254,4 +254,9 @@ export interface WarmPoolStats {
   /** Runs that got a warm sandbox, and runs of a pooled job type that started cold. */
   hits: number;
   misses: number;
+  /**
+   * Hand-overs to a claimed warm sandbox that failed before the program started, after which the run
+   * was tried again (another warm sandbox, or cold). In `/metrics` only; absent where not counted.
+   */
+  handover_retries?: number;
 }

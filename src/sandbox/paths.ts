@@ -10,3 +10,9 @@ import { fileURLToPath } from 'node:url';
 
 /** Absolute path of `runner.py`, beside this module. */
 export const RUNNER_PATH = fileURLToPath(new URL('./runner.py', import.meta.url));
+
+/**
+ * Absolute path of `deliver.py`, beside this module: the `collector` of Kubernetes pods whose program
+ * arrives by attach (it writes the program into volumes `main` mounts read-only).
+ */
+export const DELIVER_PATH = fileURLToPath(new URL('./deliver.py', import.meta.url));

@@ -46,10 +46,11 @@ CLI
                             process (held until the go line), write `ready\n` to the phase fd, then block reading one line from stdin: a JSON object
                             {"timeout": SECONDS, "max_stream_bytes": N} (both optional) that overrides
                             those options. The host writes the program and its input into the
-                            (read-only to the sandbox) /code and /input mounts before that line, or
-                            (Kubernetes pools, where stdin is the only channel into the pod) puts them
-                            in the line as "code" and "input" strings: the runner then writes them to
-                            the --code and --input paths (writable emptyDirs) before the program starts.
+                            (read-only to the sandbox) /code and /input mounts before that line (on
+                            Kubernetes the pod's collector does, see --go-port), or puts them in the
+                            line as "code" and "input" strings: the runner then writes them to the
+                            --code and --input paths before the program starts (only where those
+                            are the runner's to write; no runtime of ours uses this any more).
                             The line may be up to 64 MiB. fd 0 is
                             then replaced by /dev/null, so the program never sees the channel; EOF
                             without a line ends the runner with exit status 123 and nothing run (a
@@ -58,6 +59,15 @@ CLI
                             without --wait, and after the report is written the runner writes
                             `done N\n` (N its exit status) to the phase fd, so the host need not wait
                             for the sandbox's teardown. Not with --exec or --egress-proxy.
+    --go-port PORT          with --wait (Kubernetes pool pods): the go line and the phase lines travel over
+                            one TCP connection on 127.0.0.1:PORT instead of stdin and the phase fd. The
+                            runner listens before anything else runs in the pod (so no program can hold
+                            the port), takes the first connection (the pod's `collector`, which wrote the
+                            program and input into volumes this container mounts read-only: see
+                            deliver.py), writes `ready`, reads the go line from it, then writes
+                            `execution` and `done N` to it. stdout and stderr then carry only what
+                            --tee copies (the program's output), as in a cold pod. The connection
+                            closing before the go line is EOF (exit 123).
     --warm-up               with --wait: while it waits for the go line, the program's process compiles,
                             runs and collects an empty module once, so that the memory a program's start
                             and exit write is its own already (see warm_up). For sandboxes that wait long
@@ -157,6 +167,7 @@ class Args:
     wait = False
     prompt_exit = False
     warm_up = False
+    go_port = None
 
     def __init__(self):
         self.env = []
@@ -173,7 +184,7 @@ def parse_args(argv):
     a = Args()
     i = 0
     valued = {'--code', '--input', '--output', '--timeout', '--max-stream-bytes', '--phase-fd', '--env',
-              '--python-path', '--rlimit', '--cwd', '--tmp', '--egress-proxy'}
+              '--python-path', '--rlimit', '--cwd', '--tmp', '--egress-proxy', '--go-port'}
     while i < len(argv):
         opt = argv[i]
         val = None
@@ -226,6 +237,8 @@ def parse_args(argv):
                 a.prompt_exit = True
             elif opt == '--warm-up':
                 a.warm_up = True
+            elif opt == '--go-port':
+                a.go_port = int(val)
             elif opt == '--reexeced':
                 a.reexeced = True
             else:
@@ -689,8 +702,37 @@ def close_stray_fds(keep):
 MAX_GO_LINE = 64 * 1024 * 1024
 
 
-def wait_for_go(a):
-    """--wait: says `ready`, reads the one go line from stdin, then closes that channel for good."""
+def open_go_listener(a):
+    """--go-port: the loopback port the go line comes in on, held from before any program exists."""
+    import socket
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.bind(('127.0.0.1', a.go_port))
+        s.listen(1)
+    except OSError as e:
+        die('cannot listen on 127.0.0.1:%d: %s' % (a.go_port, e))
+    return s
+
+
+def accept_go(a, listener):
+    """--go-port: the first connection becomes the go channel and the phase fd; the port is let go."""
+    while True:
+        try:
+            conn, _ = listener.accept()
+            break
+        except InterruptedError:
+            continue
+        except OSError:
+            os._exit(EXIT_NOT_DELIVERED)
+    listener.close()
+    a.phase_fd = os.dup(conn.fileno())
+    conn.close()
+    return a.phase_fd
+
+
+def wait_for_go(a, src=0):
+    """--wait: says `ready`, reads the one go line from `src` (stdin, or the --go-port connection),
+    then closes the stdin channel for good."""
     import json
     if a.phase_fd >= 0:
         try:
@@ -701,7 +743,7 @@ def wait_for_go(a):
     # The line may carry the program and its input (cluster pools): bounded, but far above 4 KiB.
     while b'\n' not in buf and len(buf) < MAX_GO_LINE:
         try:
-            chunk = os.read(0, 4096)
+            chunk = os.read(src, 4096)
         except InterruptedError:
             continue
         except OSError:
@@ -764,6 +806,9 @@ def main():
         die('cannot make the runner non-dumpable (prctl PR_SET_DUMPABLE)')
 
     relay = open_relay() if a.egress_proxy else None
+    if a.go_port is not None and not a.wait:
+        die('--go-port needs --wait')
+    go_listener = open_go_listener(a) if a.go_port is not None else None
 
     import gc
     import resource  # noqa: F401 — os.wait4 imports it for its result; imported once, before the fork
@@ -816,6 +861,8 @@ def main():
         signal.set_wakeup_fd(-1)
         for fd in (wake_r, wake_w, out_r, err_r, info_r):
             os.close(fd)
+        if go_listener is not None:
+            go_listener.close()
         if a.phase_fd > 2:
             try:
                 os.close(a.phase_fd)
@@ -848,7 +895,7 @@ def main():
     os.close(info_w)
     if a.wait:
         os.close(gate_r)
-        wait_for_go(a)
+        wait_for_go(a, accept_go(a, go_listener) if go_listener is not None else 0)
         t0 = time.monotonic()
         os.write(gate_w, b'g')
         os.close(gate_w)
@@ -857,7 +904,8 @@ def main():
         announce_execution()
     if relay is not None:
         start_relay(relay, a.egress_proxy)
-    if a.phase_fd > 2:
+    # The go connection stays open for `done`; the program never had it (accepted after the fork).
+    if a.phase_fd > 2 and go_listener is None:
         try:
             os.close(a.phase_fd)
         except OSError:

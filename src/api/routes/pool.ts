@@ -22,7 +22,7 @@ export function poolRoutes(deps: AppDeps) {
         queue: { queued: q.queued, running: q.running, max_queue_size: deps.config.max_queue_size, oldest_queued_age_ms: q.oldest_queued_age_ms },
         by_job_type: q.by_job_type,
         breaker: deps.breaker.snapshot().state,
-        warm: deps.runtime.warmPoolStats?.() ?? [],
+        warm: (deps.runtime.warmPoolStats?.() ?? []).map(({ handover_retries: _retries, ...s }) => s),
       });
     },
   );

@@ -70,7 +70,7 @@ export interface TrackedRun {
   /** Deletions heard before `jobUid` was known: Job uids, and pod uids with their owners' uids. */
   deletedJobs?: Set<string>;
   deletedPods?: { uid: string; owners: string[] }[];
-  /** A warm run's attach to `main` (closed when the run ends). */
+  /** A warm or attach run's attach to its `collector` (closed when the run ends). */
   attach?: { close(): void };
 }
 

@@ -238,13 +238,13 @@ export function decide(run: RunState, job: V1Job | undefined, pod: V1Pod | undef
     return [finish({ dependencyError: run.depsLog.trim() || `dependency installation failed (exit code ${depsTerm.exitCode})` })];
   }
 
-  // A runner that saw its stdin close before the go line ran nothing (the attach dropped or was
-  // refused after it seemed to connect): an infrastructure failure, never the program's success. No
-  // `done` came, which a program of our own that exited 123 would have sent first. The run is retried.
+  // A runner whose go connection closed before the go line ran nothing (its collector died mid
+  // hand-over): an infrastructure failure, never the program's success. No `done` came, which a
+  // program of our own that exited 123 would have sent first. The service retries the attempt.
   if (warm && !warm.done && main?.state?.terminated?.exitCode === RUNNER_NOT_DELIVERED_EXIT) {
     return [
       ...(run.jobDeleted ? [] : [{ type: 'deleteJob' } as const]),
-      finish({ infraError: { type: 'internal_error', message: 'the program never reached the run pod: its runner saw stdin close before the go line (is pods/attach allowed?)' } }),
+      finish({ infraError: { type: 'internal_error', message: 'the program never reached the run pod: the go connection of its runner closed before the go line' } }),
     ];
   }
 
@@ -287,4 +287,19 @@ export function newRunState(init: Pick<RunState, 'executionId' | 'jobName' | 'st
     finished: false,
     ...init,
   };
+}
+
+/** How a run goes on after a hand-over that failed before its program started (runs/hand-over.ts). */
+export type HandOverNext = 'warm' | 'cold' | 'fail';
+
+/**
+ * The next try after a failed hand-over, a pure function of the path that failed and how many hand-
+ * overs of this run failed so far (this one included). Nothing of the program ran, so trying again
+ * cannot run it twice. A warm hand-over is retried on another pool pod once (a miss there starts cold),
+ * then cold; a cold attach pod's failure fails the attempt, which the service's retry runs again (its
+ * Job has the execution's own name and must go first). `maxWarmRetries`: pool pods tried after the first.
+ */
+export function afterHandOverFailure(path: 'warm' | 'cold-attach', failures: number, maxWarmRetries = 1): HandOverNext {
+  if (path === 'cold-attach') return 'fail';
+  return failures <= maxWarmRetries ? 'warm' : 'cold';
 }

@@ -15,9 +15,9 @@ import { isIP } from 'node:net';
 import type { KubeConfig, V1Job, V1Secret } from '@kubernetes/client-node';
 import { systemClock, type Clock } from '../../clock.ts';
 import type { Config } from '../../config.ts';
-import { KubeApi, defaultKubeConfig, upgradeRefused } from '../../kube/index.ts';
+import { KubeApi, defaultKubeConfig } from '../../kube/index.ts';
 import { silentLogger, type Logger } from '../../logger.ts';
-import { RUNNER_PATH } from '../../sandbox/paths.ts';
+import { DELIVER_PATH, RUNNER_PATH } from '../../sandbox/paths.ts';
 import { baseObservation, emptyRun } from '../run-output.ts';
 import path from 'node:path';
 import { patchJobTypeStatus } from '../../jobtypes/kubernetes-registry.ts';
@@ -28,14 +28,13 @@ import { buildJob, ownSecret } from './build-job.ts';
 import { WarmPool } from './pool.ts';
 import { RunController } from './controller.ts';
 import { newRunState, toMs } from './decide.ts';
-import { ANNOTATIONS, CONTAINERS, LABELS, executionLabel, jobNameFor } from './names.ts';
-import { POOL_LABELS, coldAttachJob, poolable } from './pool-plan.ts';
+import { ANNOTATIONS, LABELS, executionLabel, jobNameFor } from './names.ts';
+import { POOL_LABELS, poolable } from './pool-plan.ts';
+import { AttachedRuns, awaitTracked } from './runs/attached.ts';
 import { defaultOutputLimits } from './output-tar.ts';
 import { Preflight } from './preflight.ts';
 import { NetworkCheck } from './network-check.ts';
 
-/** How often a cold attach run tries to attach before the kubelet reports `main` running, ms. */
-const EARLY_ATTACH_INTERVAL_MS = 40;
 /** How long a resolved egress proxy address is used before it is looked up again, ms. */
 const PROXY_ADDRESS_TTL_MS = 30_000;
 
@@ -52,6 +51,8 @@ export interface KubernetesRuntimeOptions {
   jobTypes?: () => JobType[];
   /** Text of the runner shipped to every run; default: `src/sandbox/runner.py` read at creation. */
   runnerSource?: string;
+  /** Text of the collector of attach pods; default: `src/sandbox/deliver.py` read at first use. */
+  deliverSource?: string;
   /** Tuning, mostly for tests. */
   tuning?: {
     podGoneGraceMs?: number;
@@ -72,6 +73,8 @@ export interface KubernetesRuntimeOptions {
     buildPollMs?: number;
     /** How often the warm pool is reconciled without an event, ms. */
     poolIntervalMs?: number;
+    /** How long a program may take to start once handed to an attach pod, ms (runs/attached.ts). */
+    handOverTimeoutMs?: number;
   };
 }
 
@@ -95,6 +98,8 @@ class KubernetesRuntime implements Runtime {
   private readonly log: Logger;
   private readonly ns: string;
   private runnerSource: string | null;
+  private deliverSource: string | null;
+  private readonly attached: AttachedRuns;
   private egressKeyText: string | null = null;
   private proxyAddress: { host: string; address: string; at: number } | null = null;
   private runtimeClass: { exists: boolean | null; at: number } = { exists: null, at: 0 };
@@ -118,6 +123,7 @@ class KubernetesRuntime implements Runtime {
     const requestTimeoutMs = t.requestTimeoutMs ?? config.kubernetes.api_timeout_seconds * 1000;
     this.api = new KubeApi(this.kc, { requestTimeoutMs });
     this.runnerSource = options.runnerSource ?? null;
+    this.deliverSource = options.deliverSource ?? null;
     this.controller = new RunController({
       kubeConfig: this.kc,
       api: this.api,
@@ -131,6 +137,19 @@ class KubernetesRuntime implements Runtime {
       ...(t.informerBackoffMaxMs !== undefined ? { informerBackoffMaxMs: t.informerBackoffMaxMs } : {}),
       watchTimeoutSeconds: t.watchTimeoutSeconds ?? config.kubernetes.watch_timeout_seconds,
       requestTimeoutMs,
+    });
+    this.attached = new AttachedRuns({
+      api: this.api,
+      controller: this.controller,
+      pool: () => this.pool,
+      config,
+      clock: this.clock,
+      log: this.log,
+      runnerSource: () => this.runner(),
+      deliverSource: () => this.deliver(),
+      ensureJob: (job, jobName) => this.ensureJob(job, jobName),
+      ...(t.podGoneGraceMs !== undefined ? { podGoneGraceMs: t.podGoneGraceMs } : {}),
+      ...(t.handOverTimeoutMs !== undefined ? { handOverTimeoutMs: t.handOverTimeoutMs } : {}),
     });
     if (config.kubernetes.build_registry) {
       this.builder = new KubernetesBuilder({
@@ -180,6 +199,7 @@ class KubernetesRuntime implements Runtime {
         jobTypes,
         runtimeClassName: () => this.runtimeClassFor(),
         runnerSource: () => this.runner(),
+        deliverSource: () => this.deliver(),
         ...(this.options.tuning?.poolIntervalMs !== undefined ? { intervalMs: this.options.tuning.poolIntervalMs } : {}),
       });
       this.pool.start();
@@ -303,11 +323,11 @@ class KubernetesRuntime implements Runtime {
       if (runtimeClassName === false) {
         return infraFailure(startedAt, 'config_error', `security_mode strict requires RuntimeClass ${this.config.kubernetes.runtime_class}, which does not exist in the cluster`);
       }
-      const warm = await this.runWarm(spec, options, key, startedAt);
+      const warm = await this.attached.runWarm(spec, options, key, startedAt);
       if (warm) return warm;
       startedAt = this.clock.now();
       if (this.config.kubernetes.cold_start === 'attach' && poolable(spec.jobType, spec.requirements)) {
-        return this.runColdAttach(spec, options, key, startedAt, runtimeClassName);
+        return this.attached.runColdAttach(spec, options, key, startedAt, runtimeClassName);
       }
     }
 
@@ -355,156 +375,13 @@ class KubernetesRuntime implements Runtime {
     }
 
     // Cancellation is heard only now: a cancel during the creates would delete a Job not yet made.
-    return this.awaitTracked(key, tracked, options.signal);
+    return awaitTracked(this.controller, key, tracked, options.signal);
   }
 
   /** A pool Job claimed for this execution (adoption after a restart: its name is not the run's). */
   private claimedPoolJob(key: string): V1Job | null {
     return this.controller.jobs.list().find((j) => j.metadata?.labels?.[LABELS.executionId] === key && j.metadata?.labels?.[POOL_LABELS.pool]) ?? null;
   }
-
-  /**
-   * The warm path: claims a pool pod (pool.ts), attaches to its `main`, sends the go line with the
-   * program and its input, and drives the run like any other; the runner's `done N` on the attached
-   * stdout ends it without waiting for the kubelet. Null on a miss, or when the program could not be
-   * handed over (the claimed Job is then deleted and the run starts cold).
-   */
-  private async runWarm(spec: RunSpec, options: RunOptions, key: string, startedAt: number): Promise<RawRun | null> {
-    if (!this.pool) return null;
-    const claim = await this.pool.claim(spec);
-    if (!claim) return null;
-    const jobName = claim.job.metadata?.name ?? '';
-    const podName = claim.pod.metadata?.name ?? '';
-    const tracked = this.trackAttached(spec, options, key, jobName, startedAt, {
-      jobSeen: true,
-      ...(claim.job.metadata?.uid ? { jobUid: claim.job.metadata.uid } : {}),
-      ...(claim.pod.metadata?.uid ? { podUid: claim.pod.metadata.uid } : {}),
-    });
-    tracked.catch(() => undefined);
-    try {
-      await Promise.all([this.deliverByAttach(key, podName, spec), claim.labelled]);
-      this.controller.delivered(key, this.clock.now());
-    } catch (err) {
-      this.log.warn({ execution_id: spec.executionId, job: jobName, err: String(err) }, 'could not hand the program to a warm pod; starting cold');
-      this.controller.untrack(key);
-      await this.api.deleteJob(this.ns, jobName).catch(() => undefined);
-      return null;
-    }
-    return this.awaitTracked(key, tracked, options.signal);
-  }
-
-  /** Starts driving a run whose program goes by attach (a pool pod, or a cold attach pod). */
-  private trackAttached(
-    spec: RunSpec,
-    options: RunOptions,
-    key: string,
-    jobName: string,
-    startedAt: number,
-    known: { jobSeen?: boolean; jobUid?: string; podUid?: string },
-  ): Promise<RawRun> {
-    const { jobSeen, ...uids } = known;
-    return this.controller.track(key, {
-      state: newRunState({
-        executionId: spec.executionId,
-        jobName,
-        startedAt,
-        startupTimeoutMs: spec.startupTimeoutSec * 1000,
-        podGoneGraceMs: this.options.tuning?.podGoneGraceMs ?? 3000,
-        ...(jobSeen ? { jobSeen } : {}),
-        warm: { deliveredAt: null, done: null },
-      }),
-      limits: defaultOutputLimits(spec.maxArtifactBytes, spec.maxStdoutBytes),
-      ...(options.onPhase ? { onPhase: options.onPhase } : {}),
-      ...uids,
-    });
-  }
-
-  /**
-   * A cold run made like a warm one (`kubernetes.cold_start: attach`): its Job is a pool Job named
-   * after the execution (pool-plan.ts `coldAttachJob`); once `main` runs, the program goes through
-   * attach and the runner's `done` line ends the run. No Secret. Startup is until the hand-over.
-   */
-  private async runColdAttach(spec: RunSpec, options: RunOptions, key: string, startedAt: number, runtimeClassName: string | null): Promise<RawRun> {
-    const jobName = jobNameFor(spec.executionId);
-    const job = coldAttachJob(spec, this.config, { name: jobName, runtimeClassName, runnerSource: this.runner(), graceSec: this.config.kubernetes.deadline_grace_seconds });
-    const tracked = this.trackAttached(spec, options, key, jobName, startedAt, {});
-    let settled = false;
-    tracked.then(
-      () => (settled = true),
-      () => (settled = true),
-    );
-    let owner: V1Job;
-    try {
-      owner = await this.ensureJob(job, jobName);
-      this.controller.ownJob(key, owner.metadata?.uid ?? '');
-    } catch (err) {
-      this.controller.untrack(key);
-      throw err;
-    }
-    // The abort listener is in place (awaitTracked's synchronous start) before delivery begins.
-    const waiting = this.awaitTracked(key, tracked, options.signal);
-    // Hand the program over as soon as `main` runs; the controller meanwhile watches for startup
-    // failures (image errors, the startup timeout) and ends the run on its own.
-    void this.deliverWhenRunning(spec, key, owner.metadata?.uid ?? '', () => settled);
-    return await waiting;
-  }
-
-  /**
-   * Hands the program over as soon as `main` can take it. The kubelet reports a container running
-   * only at its next status sync (up to a second after the start), but attach asks the container
-   * runtime itself: so once the pod is bound to a node, attach is tried every
-   * {@link EARLY_ATTACH_INTERVAL_MS} before the status says so. A refused attach (the container is not
-   * running yet) opened no stream, so it leaves the `stdinOnce` stdin untouched and may be repeated;
-   * once the status says running, a failure is final.
-   */
-  private async deliverWhenRunning(spec: RunSpec, key: string, jobUid: string, settled: () => boolean): Promise<void> {
-    let lastTry = Number.NEGATIVE_INFINITY;
-    // Woken by any change of this run's pod, so the loop does not poll the pod cache.
-    let wake: (() => void) | null = null;
-    const off = this.controller.pods.on((_event, p) => {
-      if (p.metadata?.labels?.[LABELS.executionId] === key) wake?.();
-    });
-    try {
-      while (!settled()) {
-        const pod = this.controller.pods.list().find((p) => p.metadata?.labels?.[LABELS.executionId] === key && p.metadata?.ownerReferences?.some((r) => r.uid === jobUid));
-        const main = pod?.status?.containerStatuses?.find((c) => c.name === CONTAINERS.main);
-        if (main?.state?.terminated) return;
-        const usable = !!pod?.metadata?.name && !pod.metadata.deletionTimestamp;
-        const running = usable && !!main?.state?.running;
-        const bound = usable && !!pod?.spec?.nodeName;
-        const now = this.clock.now();
-        if (running || (bound && now - lastTry >= EARLY_ATTACH_INTERVAL_MS)) {
-          lastTry = now;
-          try {
-            await this.deliverByAttach(key, pod!.metadata!.name!, spec);
-            this.controller.delivered(key, this.clock.now());
-            return;
-          } catch (err) {
-            // Not running yet (the upgrade was refused, no stream opened): try again shortly.
-            if (!running && upgradeRefused(err) && !settled()) continue;
-            // The program never reached the pod: the attempt fails (the service retries it) and its Job goes.
-            this.log.warn({ execution_id: spec.executionId, err: String(err) }, 'could not hand the program to the run pod');
-            this.controller.untrack(key);
-            await this.api.deleteJob(this.ns, jobNameFor(spec.executionId)).catch(() => undefined);
-            return;
-          }
-        }
-        // Until the pod changes, the next attempt is due, or (to notice the run settling) 100 ms.
-        const waitMs = bound ? Math.max(1, lastTry + EARLY_ATTACH_INTERVAL_MS - this.clock.now()) : 100;
-        await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, waitMs);
-          wake = () => {
-            clearTimeout(timer);
-            resolve();
-          };
-        });
-        wake = null;
-      }
-    } finally {
-      off();
-    }
-  }
-
 
   /**
    * Creates the run's Job, or takes the one an earlier attempt (or another replica) created under the
@@ -539,6 +416,12 @@ class KubernetesRuntime implements Runtime {
   private runner(): string {
     if (this.runnerSource === null) this.runnerSource = readFileSync(RUNNER_PATH, 'utf8');
     return this.runnerSource;
+  }
+
+  /** The collector script of attach pods, read once. */
+  private deliver(): string {
+    if (this.deliverSource === null) this.deliverSource = readFileSync(DELIVER_PATH, 'utf8');
+    return this.deliverSource;
   }
 
   /** The egress proxy's signing key when this run goes through it (read once from `key_file`), else null. */
@@ -603,39 +486,6 @@ class KubernetesRuntime implements Runtime {
       this.log.warn({ err: String(err) }, 'cannot read RuntimeClass');
       return this.runtimeClass.exists;
     }
-  }
-
-  /** Waits for a tracked run; an abort from here on cancels it (the controller deletes its Job). */
-  private async awaitTracked(key: string, tracked: Promise<RawRun>, signal: AbortSignal | undefined): Promise<RawRun> {
-    const onAbort = () => this.controller.cancel(key);
-    signal?.addEventListener('abort', onAbort, { once: true });
-    try {
-      if (signal?.aborted) this.controller.cancel(key);
-      return await tracked;
-    } finally {
-      signal?.removeEventListener('abort', onAbort);
-    }
-  }
-
-  /**
-   * Attaches to `main`'s stdin and stdout, sends the runner its go line with the program and input,
-   * and turns the runner's `done N` line into the run's end (no wait for the kubelet's status).
-   */
-  private async deliverByAttach(key: string, podName: string, spec: RunSpec): Promise<void> {
-    let line = '';
-    const session = await this.api.attach(this.ns, podName, CONTAINERS.main, (chunk) => {
-      line += chunk.toString('utf8');
-      let nl: number;
-      while ((nl = line.indexOf('\n')) >= 0) {
-        const m = /^done (-?\d+)$/.exec(line.slice(0, nl).trim());
-        line = line.slice(nl + 1);
-        if (m) this.controller.done(key, Number(m[1]), this.clock.now());
-      }
-      if (line.length > 4096) line = '';
-    });
-    this.controller.setAttach(key, session);
-    const go = { timeout: spec.timeoutSec, max_stream_bytes: spec.maxStdoutBytes, code: spec.code, input: spec.inputJson };
-    await session.send(JSON.stringify(go) + '\n');
   }
 
   /** Deletes Jobs of this instance whose execution is terminal or unknown (SPEC §1.12). */

@@ -3,20 +3,25 @@
  * claim changes on it, and the pool's decision — `planPool(wants, members, now)` → Jobs to create and
  * to remove — as functions of what the informer caches hold and the time. pool.ts applies them.
  *
- * A pool Job is a run Job (build-job.ts) with no execution yet: `main` runs the runner in `--wait`
- * mode with stdin attached (`stdin`, `stdinOnce`), so the program and its input arrive on the go line
- * (attach) into writable emptyDirs at /code and /input; the runner is in the command itself
- * (`python3 -c`), so the pod mounts no Secret at all. `--phase-fd 1` makes the runner print `done N`
- * on its stdout after the report is written: an attached service knows the program ended without
- * waiting for the kubelet to report the container terminated. No `--tee`: the runner's stdout carries
- * only those phase lines, which the program (whose stdout is a pipe to the runner) cannot forge.
+ * A pool Job is a run Job (build-job.ts) with no execution yet, and `main`'s mounts are the run Job's
+ * own: /code and /input read-only (SPEC §1.5), here emptyDirs instead of the run's Secret. Who writes
+ * them is the `collector`, the only container that mounts them writable and that runs nothing of the
+ * user's: it runs deliver.py with stdin attached (`stdin`, `stdinOnce`), so the program and its input
+ * arrive there by attach and are written before the runner hears of them. `main` runs the runner in
+ * `--wait --go-port` mode: it holds a loopback port from its start (before any program exists), and
+ * the collector connects to it once the files are written and sends the go line; the runner's phase
+ * lines (`ready`, `execution`, `done N`) go back on that connection, through the collector's stdout
+ * to the attached service. The program cannot forge them (its stdout is a pipe to the runner) and
+ * `main`'s own stdout and stderr carry, with `--tee`, only the program's output, as in a cold pod
+ * (`kubectl logs -c main`). Runner and delivery script are in the commands themselves (`python3
+ * -c`), so the pod mounts no Secret at all.
  */
 import { createHash } from 'node:crypto';
 import type { V1Job, V1Pod } from '@kubernetes/client-node';
 import { jobRef, type JobType } from '../../jobtypes/job-type.ts';
 import type { RunSpec } from '../runtime.ts';
-import { buildJob, jobDeadlineSeconds, type BuildJobConfig } from './build-job.ts';
-import { ANNOTATIONS, CONTAINERS, LABELS, executionLabel } from './names.ts';
+import { SECRET_KEYS, buildJob, jobDeadlineSeconds, type BuildJobConfig } from './build-job.ts';
+import { ANNOTATIONS, CONTAINERS, LABELS, RELEASE_FILE, executionLabel } from './names.ts';
 import { IMAGE_ERRORS, START_ERRORS, toMs } from './decide.ts';
 
 /**
@@ -45,10 +50,15 @@ const POOL_DEADLINE_SLACK_SEC = 600;
 export interface PoolJobOptions {
   runtimeClassName: string | null;
   runnerSource: string;
+  /** Text of `src/sandbox/deliver.py`, the collector's command in a pod whose program comes by attach. */
+  deliverSource: string;
   /** The Job's name (random, from the pool). */
   name: string;
   maxIdleSec: number;
 }
+
+/** The loopback port `main`'s runner takes the go line on from the collector (runner.py `--go-port`). */
+export const GO_PORT = 7719;
 
 /** Option names of the runner whose value the go line supplies (dropped from a pool pod's command). */
 const PER_RUN_OPTIONS = new Set(['--timeout', '--max-stream-bytes']);
@@ -77,6 +87,7 @@ function buildPoolJobBody(jobType: JobType, config: BuildJobConfig, opts: PoolJo
   const labels = { ...strip(job.metadata?.labels, [LABELS.executionId]), [POOL_LABELS.pool]: jobType.name };
   const annotations = { [ANNOTATIONS.jobRef]: jobRef(jobType) };
   const main = podSpec.containers.find((c) => c.name === CONTAINERS.main)!;
+  const collector = podSpec.containers.find((c) => c.name === CONTAINERS.collector)!;
   const cmd = main.command ?? [];
   // `... python3 /sandpod/runner.py <args>` → `... python3 -c <runner> <args without per-run ones>`.
   const at = cmd.indexOf('/sandpod/runner.py');
@@ -85,13 +96,35 @@ function buildPoolJobBody(jobType: JobType, config: BuildJobConfig, opts: PoolJo
   for (let i = at + 1; i < cmd.length; i++) {
     const a = cmd[i]!;
     if (PER_RUN_OPTIONS.has(a)) i++;
-    else if (a !== '--tee') args.push(a);
+    else args.push(a);
   }
-  const command = [...head, '-c', opts.runnerSource, ...args, '--wait', '--phase-fd', '1'];
-  const mounts = (main.volumeMounts ?? []).filter((m) => m.name !== 'runner').map((m) => (m.name === 'code' || m.name === 'input' ? { name: m.name, mountPath: m.mountPath } : m));
+  const command = [...head, '-c', opts.runnerSource, ...args, '--wait', '--go-port', String(GO_PORT)];
+  // main keeps the run Job's mounts (code and input read-only), minus the runner's Secret.
+  const mounts = (main.volumeMounts ?? []).filter((m) => m.name !== 'runner');
+  const collectorMounts = [...(collector.volumeMounts ?? []), { name: 'code', mountPath: '/code' }, { name: 'input', mountPath: '/input' }];
+  // The collector's image is the executor image, which has python3 (it is the default for main).
+  const collectorCommand = [
+    ...head.slice(0, head.indexOf('python3')),
+    'python3',
+    '-c',
+    opts.deliverSource,
+    '--code',
+    `/code/${SECRET_KEYS.code}`,
+    '--input',
+    `/input/${SECRET_KEYS.input}`,
+    '--go-port',
+    String(GO_PORT),
+    '--release',
+    RELEASE_FILE,
+  ];
   const volumes = (podSpec.volumes ?? [])
     .filter((v) => v.name !== 'runner')
     .map((v) => (v.name === 'code' || v.name === 'input' ? { name: v.name, emptyDir: { sizeLimit: DELIVERY_VOLUME_LIMIT } } : v));
+  const containers = podSpec.containers.map((c) => {
+    if (c.name === CONTAINERS.main) return { ...main, command, volumeMounts: mounts };
+    if (c.name === CONTAINERS.collector) return { ...collector, command: collectorCommand, volumeMounts: collectorMounts, stdin: true, stdinOnce: true };
+    return c;
+  });
   return {
     ...job,
     metadata: { name: opts.name, namespace: job.metadata?.namespace ?? '', labels: { ...labels }, annotations: { ...annotations } },
@@ -102,7 +135,7 @@ function buildPoolJobBody(jobType: JobType, config: BuildJobConfig, opts: PoolJo
         metadata: { labels: { ...labels }, annotations: { ...annotations } },
         spec: {
           ...podSpec,
-          containers: podSpec.containers.map((c) => (c.name === CONTAINERS.main ? { ...main, command, volumeMounts: mounts, stdin: true, stdinOnce: true } : c)),
+          containers,
           volumes,
         },
       },

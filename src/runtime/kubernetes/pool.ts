@@ -33,6 +33,8 @@ export interface WarmPoolOptions {
   /** The RuntimeClass runs get (null: none; false: none may run). */
   runtimeClassName: () => Promise<string | null | false>;
   runnerSource: () => string;
+  /** Text of deliver.py (the collector of pool pods). */
+  deliverSource: () => string;
   /** How often the pool is reconciled without an event, ms. */
   intervalMs?: number;
   /** Pool Jobs created at once per JobType. */
@@ -53,7 +55,7 @@ export class WarmPool {
   private running: Promise<void> | null = null;
   private again = false;
   private stopped = true;
-  private readonly counts = new Map<string, { hits: number; misses: number }>();
+  private readonly counts = new Map<string, { hits: number; misses: number; handOverRetries: number }>();
   /** Spec hash per JobType name, from the last pass (claims only take pods of the current spec). */
   private hashes = new Map<string, string>();
   /** Pool pods of a JobType that failed in a row (reset when one is ready), and when the last did. */
@@ -162,7 +164,7 @@ export class WarmPool {
   private async template(jt: JobType, name: string): Promise<{ job: V1Job; specHash: string } | null> {
     const rc = await this.o.runtimeClassName();
     if (rc === false) return null;
-    return poolJob(jt, this.o.config, { runtimeClassName: rc, runnerSource: this.o.runnerSource(), name, maxIdleSec: this.o.config.kubernetes.warm_pool_max_idle_seconds });
+    return poolJob(jt, this.o.config, { runtimeClassName: rc, runnerSource: this.o.runnerSource(), deliverSource: this.o.deliverSource(), name, maxIdleSec: this.o.config.kubernetes.warm_pool_max_idle_seconds });
   }
 
   private async reconcile(): Promise<void> {
@@ -213,7 +215,7 @@ export class WarmPool {
   async claim(spec: RunSpec): Promise<Claim | null> {
     const jt = spec.jobType;
     if (this.stopped || this.sizeOf(jt) <= 0) return null;
-    const count = this.counts.get(jt.name) ?? { hits: 0, misses: 0 };
+    const count = this.counts.get(jt.name) ?? { hits: 0, misses: 0, handOverRetries: 0 };
     this.counts.set(jt.name, count);
     // The run's own JobType (it may be pinned to an earlier build): only pods made from it will do.
     const hash = poolable(jt, spec.requirements) && this.hashes.has(jt.name) ? (await this.template(jt, 'x').catch(() => null))?.specHash : undefined;
@@ -253,6 +255,13 @@ export class WarmPool {
     return null;
   }
 
+  /** A hand-over to a claimed pod failed before the program started and the run was tried again. */
+  noteHandOverRetry(jobType: string): void {
+    const count = this.counts.get(jobType) ?? { hits: 0, misses: 0, handOverRetries: 0 };
+    count.handOverRetries++;
+    this.counts.set(jobType, count);
+  }
+
   /** `/pool/stats` and `/metrics` rows, one per JobType with a pool or with counted runs. */
   stats(): WarmPoolStats[] {
     const now = this.o.clock.now();
@@ -263,7 +272,7 @@ export class WarmPool {
       const mine = members.filter((m) => m.jobType === name && m.specHash === this.hashes.get(name));
       const ready = mine.filter((m) => m.ready);
       const ages = ready.map((m) => now - m.createdAt);
-      const c = this.counts.get(name) ?? { hits: 0, misses: 0 };
+      const c = this.counts.get(name) ?? { hits: 0, misses: 0, handOverRetries: 0 };
       return {
         job_type: name,
         target: sizes.get(name) ?? 0,
@@ -273,6 +282,7 @@ export class WarmPool {
         newest_age_ms: ages.length ? Math.min(...ages) : null,
         hits: c.hits,
         misses: c.misses,
+        handover_retries: c.handOverRetries,
       };
     });
   }

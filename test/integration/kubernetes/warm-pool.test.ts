@@ -65,9 +65,15 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     expect(pods[0]!.metadata.annotations?.['sandpod.io/execution-id']).toBe(s.executionId);
     // No Secret: nothing but the attach carried the program.
     expect(fake.list('secrets', NS)).toEqual([]);
+    // The collector got the program and its input (main has no stdin at all).
     const attach = fake.attaches.find((a) => a.pod === pods[0]!.metadata.name)!;
-    const go = JSON.parse(Buffer.concat(attach.stdin).toString('utf8')) as Record<string, unknown>;
-    expect(go).toMatchObject({ code: s.code, input: s.inputJson, timeout: s.timeoutSec });
+    expect(attach.container).toBe('collector');
+    const sent = Buffer.concat(attach.stdin).toString('utf8');
+    const header = JSON.parse(sent.slice(0, sent.indexOf('\n'))) as Record<string, unknown>;
+    expect(header).toMatchObject({ code: Buffer.byteLength(s.code), input: Buffer.byteLength(s.inputJson), go: { timeout: s.timeoutSec } });
+    expect(sent.slice(sent.indexOf('\n') + 1)).toBe(s.code + s.inputJson);
+    // main's log is the program's output, as on a cold pod: no phase lines.
+    expect(fake.logOf(pods[0]!.metadata.name, 'main')).toBe('42\n');
     // The claim deadline counts from the claim: the pod's age plus the run's limits.
     expect(claimed[0]!.spec.activeDeadlineSeconds).toBeLessThan(s.timeoutSec + 5 + 10);
     const stats = rt.warmPoolStats!();
@@ -105,8 +111,9 @@ describe('cluster warm pool (fake API server, real runner)', () => {
       if (id) byPod.set(p.metadata.name, [...(byPod.get(p.metadata.name) ?? []), id]);
     }
     for (const ids of byPod.values()) expect(ids).toHaveLength(1);
-    // Each pod's main got exactly one go line.
-    for (const a of fake.attaches) expect(Buffer.concat(a.stdin).toString('utf8').split('\n').filter(Boolean)).toHaveLength(1);
+    // Each pod's collector got exactly one hand-over.
+    const attachedPods = fake.attaches.map((a) => a.pod);
+    expect(new Set(attachedPods).size).toBe(attachedPods.length);
     const stats = [one, two].flatMap((r) => r.warmPoolStats!());
     const hits = stats.reduce((n, x) => n + x.hits, 0);
     expect(hits + stats.reduce((n, x) => n + x.misses, 0)).toBe(6);
@@ -147,7 +154,7 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     expect(raw.stderr).toBe('cold\n');
     const job = fake.list('jobs', NS).find((j) => j.metadata.labels?.[LABELS.executionId] === s.executionId)!;
     expect(job.metadata.name).toBe(`sp-${s.executionId}`);
-    expect(job.spec.template.spec.containers.find((c: { name: string }) => c.name === 'main').stdin).toBe(true);
+    expect(job.spec.template.spec.containers.find((c: { name: string }) => c.name === 'collector').stdin).toBe(true);
     expect(fake.list('secrets', NS)).toEqual([]);
     expect(fake.attaches.filter((a) => a.pod.startsWith(job.metadata.name))).toHaveLength(1);
   });
@@ -170,19 +177,38 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     expect(rt.warmPoolStats!()[0]).toMatchObject({ hits: 1, misses: 1 });
   });
 
-  it('a hand-over cut before the go line is an internal_error (retried by the service), never a silent success', async () => {
+  it('a hand-over cut before the program started is retried on another pool pod, transparently, and counted', async () => {
     const rt = await start();
     await fake.waitFor(() => readyIdle().length === 2, 5000, 'ready');
+    const first = readyIdle().map((j) => j.metadata.name);
     fake.attachDropsBeforeStdin = 1;
-    const raw = await rt.run(spec({ code: 'print("ran")' }));
-    // The runner saw EOF instead of its go line and exited 123: nothing ran, and the run says so.
-    expect(raw.observation.infraError).toMatchObject({ type: 'internal_error', message: expect.stringContaining('never reached the run pod') });
-    expect(raw.stdout).toBe('');
+    const s = spec({ code: 'print("ran")' });
+    const raw = await rt.run(s);
     expect(fake.attachDropsBeforeStdin).toBe(0);
-    // The next attempt (what the service's retry does) claims another pod and runs.
-    const again = await rt.run(spec({ code: 'print("ran")' }));
-    expect(again.observation.infraError).toBeNull();
-    expect(again.stdout).toBe('ran\n');
+    // Nothing of the program ran on the first pod; the run went on to another and succeeded.
+    expect(raw.observation.infraError).toBeNull();
+    expect(raw.stdout).toBe('ran\n');
+    const attached = fake.attaches.map((a) => a.pod);
+    expect(attached).toHaveLength(2);
+    expect(new Set(attached).size).toBe(2);
+    // The pod whose hand-over failed is gone, not returned to the pool.
+    const cut = fake.list('pods', NS).find((p) => p.metadata.name === attached[0]);
+    expect(!cut || !!cut.metadata.deletionTimestamp).toBe(true);
+    expect(first.some((n) => attached[0]!.startsWith(n))).toBe(true);
+    expect(rt.warmPoolStats!().find((x) => x.job_type === 'default')).toMatchObject({ hits: 2, handover_retries: 1 });
+  });
+
+  it('two failed hand-overs: the run starts cold and still succeeds', async () => {
+    const rt = await start({ cold_start: 'attach' });
+    await fake.waitFor(() => readyIdle().length === 2, 5000, 'ready');
+    fake.attachDropsBeforeStdin = 2;
+    const s = spec({ code: 'print("cold after all")' });
+    const raw = await rt.run(s);
+    expect(raw.observation.infraError).toBeNull();
+    expect(raw.stdout).toBe('cold after all\n');
+    // The run's own Job (named after the execution) ran it.
+    expect(fake.list('jobs', NS).some((j) => j.metadata.name === `sp-${s.executionId}`)).toBe(true);
+    expect(rt.warmPoolStats!().find((x) => x.job_type === 'default')).toMatchObject({ handover_retries: 2 });
   });
 
   it('pool pods that cannot pull their image are removed at once and replaced after a back-off', async () => {

@@ -31,10 +31,12 @@
  * - attach over WebSocket (same subprotocols): the client's channel-0 frames go to the container's
  *   stdin, its stdout comes back on channel 1 from the moment of the attach; refused (400) when the
  *   container is not running or its spec has no `stdin`; with `stdinOnce` the container's stdin is
- *   closed when the first attach ends (`attachDropsBeforeStdin` cuts attaches mid hand-over). With `runWarmPods`, a pod whose `main` declares `stdin` runs
- *   the real runner from its command (paths /code, /input, /output, /tmp mapped to directories of the
- *   fake) as soon as the pod starts, so `ready`, the go line, the run and `done N` are the runner's own;
- *   `main` terminates with the runner's exit status;
+ *   closed when the first attach ends (`attachDropsBeforeStdin` cuts attaches to a `collector` mid
+ *   hand-over). With `runWarmPods`, a pod whose `collector` declares `stdin` (pool and cold attach pods)
+ *   runs, as soon as it starts, the real runner of `main`'s command and the real deliver.py of the
+ *   collector's (paths /code, /input, /output, /tmp, /control mapped to directories of the fake, the go
+ *   port to one of its own per pod), so the hand-over, the go line, the run and `done N` are theirs;
+ *   `main`'s stdout and stderr are its log; `main` terminates with the runner's exit status;
  * - update (PUT) with optimistic concurrency: a `resourceVersion` other than the stored one is 409
  *   Conflict, as the API server answers; JSON patch (RFC 6902 add/replace/remove) of pods.
  *
@@ -254,10 +256,14 @@ export class FakeKube {
   attachRefusals = 0;
   /** Exec upgrades refused because the container had not started. */
   execRefusals = 0;
-  /** Warm pods' runner processes by pod name (runWarmPods). */
+  /** Warm pods' runner processes (`main`) by pod name (runWarmPods). */
   private readonly procs = new Map<string, { child: import('node:child_process').ChildProcess; sinks: Set<(b: Buffer) => void>; attached: boolean }>();
+  /** Their `collector` processes (deliver.py, the attach target) by pod name. */
+  private readonly delivers = new Map<string, { child: import('node:child_process').ChildProcess; sinks: Set<(b: Buffer) => void>; attached: boolean }>();
   /** Pods whose containers were started (main's process spawned, the collector with it), reported or not. */
   private readonly startedPods = new Set<string>();
+  /** The go port of the next warm pod (runner.py --go-port), one per pod. */
+  private nextGoPort = 20000 + Math.floor(Math.random() * 20000);
   /** Epoch ms at which the test marked a pod's main container terminated, by pod name. */
   readonly mainTerminatedAt = new Map<string, number>();
   url = '';
@@ -320,7 +326,7 @@ export class FakeKube {
     }
     this.watchers.clear();
     for (const c of this.wss.clients) c.terminate();
-    for (const p of this.procs.values()) p.child.kill('SIGKILL');
+    for (const p of [...this.procs.values(), ...this.delivers.values()]) p.child.kill('SIGKILL');
     for (const s of this.sockets) s.destroy();
     for (const t of this.timers) clearTimeout(t);
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
@@ -752,6 +758,7 @@ export class FakeKube {
     const ns = pod.metadata.namespace;
     const name = pod.metadata.name;
     this.procs.get(name)?.child.kill('SIGKILL');
+    this.delivers.get(name)?.child.kill('SIGKILL');
     const grace = graceSeconds ?? pod.spec?.terminationGracePeriodSeconds ?? 30;
     const finished = pod.status?.phase === 'Succeeded' || pod.status?.phase === 'Failed';
     if (grace === 0 || !pod.spec?.nodeName || finished) {
@@ -847,7 +854,7 @@ export class FakeKube {
       Object.assign(pod.status, { conditions: [{ type: 'PodScheduled', status: 'True', lastTransitionTime: kubeTime() }] });
     }
     this.put('pods', pod);
-    if (this.opts.runWarmPods && tpl.spec.containers.some((c: { name: string; stdin?: boolean }) => c.name === 'main' && c.stdin)) {
+    if (this.opts.runWarmPods && tpl.spec.containers.some((c: { name: string; stdin?: boolean }) => c.name === 'collector' && c.stdin)) {
       this.later(5, () => this.startWarmPod(pod.metadata.name));
     }
     job.status = { ...(job.status ?? {}), startTime: kubeTime(), active: 1 };
@@ -856,6 +863,7 @@ export class FakeKube {
 
   /** The collector exits 0 (its release file appeared). */
   private releaseCollector(pod: KObj): void {
+    this.delivers.get(pod.metadata.name)?.child.kill('SIGTERM');
     this.updatePod(pod.metadata.name, (p) =>
       this.setContainer(p, 'collector', { terminated: { exitCode: 0, reason: 'Completed', startedAt: kubeTime(), finishedAt: kubeTime() } }),
     );
@@ -1130,6 +1138,12 @@ export class FakeKube {
     this.logs.set(`${pod.metadata.namespace}/${podName}/${container}`, Buffer.from(text));
   }
 
+  /** What a container wrote to its log so far (`kubectl logs`). */
+  logOf(podName: string, container: string): string {
+    const pod = this.findPod(podName);
+    return (this.logs.get(`${pod.metadata.namespace}/${podName}/${container}`) ?? Buffer.alloc(0)).toString('utf8');
+  }
+
   /** The container writes to its log: kept, and sent at once to every follow of it. */
   appendLog(podName: string, container: string, data: string | Buffer): void {
     const pod = this.findPod(podName);
@@ -1216,7 +1230,8 @@ export class FakeKube {
     const cs = (pod.status.containerStatuses ?? []).find((c: { name: string }) => c.name === container);
     if (!spec || !cs) return refuse(400, status(400, 'BadRequest', `container ${container} is not valid for pod ${podName}`));
     // Like the container runtime, which attach asks: a started process counts, whatever the status says.
-    const started = container === 'main' && this.procs.has(podName);
+    const table = container === 'main' ? this.procs : container === 'collector' ? this.delivers : null;
+    const started = !!table?.has(podName);
     if (!cs.state?.running && !started) {
       this.attachRefusals++;
       return refuse(400, status(400, 'BadRequest', `container ${container} is not running`));
@@ -1225,7 +1240,7 @@ export class FakeKube {
     this.wss.handleUpgrade(req, socket, head, (ws) => {
       const call: AttachCall = { namespace: ns, pod: podName, container, protocol: ws.protocol, stdin: [] };
       this.attaches.push(call);
-      const proc = container === 'main' ? this.procs.get(podName) : undefined;
+      const proc = table?.get(podName);
       const frame = (channel: number, data: Buffer) => {
         if (ws.readyState === ws.OPEN) ws.send(Buffer.concat([Buffer.from([channel]), data]));
       };
@@ -1234,7 +1249,7 @@ export class FakeKube {
       proc?.sinks.add(sink);
       const firstAttach = proc ? !proc.attached : false;
       if (proc) proc.attached = true;
-      const drop = container === 'main' && this.attachDropsBeforeStdin > 0;
+      const drop = container === 'collector' && this.attachDropsBeforeStdin > 0;
       if (drop) this.attachDropsBeforeStdin--;
       ws.on('message', (data: Buffer) => {
         if (drop) {
@@ -1271,36 +1286,60 @@ export class FakeKube {
       });
       return;
     }
-    const main = (pod.spec.containers as { name: string; command?: string[] }[]).find((c) => c.name === 'main');
-    if (!main?.command) return;
+    const containers = pod.spec.containers as { name: string; command?: string[] }[];
+    const main = containers.find((c) => c.name === 'main');
+    const collector = containers.find((c) => c.name === 'collector');
+    if (!main?.command || !collector?.command) return;
     const base = path.join(this.root, podName);
-    const dirs: Record<string, string> = { '/code': path.join(base, 'code'), '/input': path.join(base, 'input'), '/output': this.outputDir(podName), '/tmp': path.join(base, 'tmp') };
+    const dirs: Record<string, string> = {
+      '/code': path.join(base, 'code'),
+      '/input': path.join(base, 'input'),
+      '/output': this.outputDir(podName),
+      '/tmp': path.join(base, 'tmp'),
+      '/control': path.join(base, 'control'),
+    };
     for (const d of Object.values(dirs)) mkdirSync(d, { recursive: true });
     const mapPath = (a: string) => {
       for (const [from, to] of Object.entries(dirs)) if (a === from || a.startsWith(from + '/')) return to + a.slice(from.length);
       return a;
     };
-    const py = main.command.indexOf('python3');
-    const args = main.command.slice(py + 1).map((a, i, all) => (all[i - 1] === '-c' ? a : mapPath(a)));
-    // Without --rlimit (the fake runs as whoever runs the tests; an fsize limit would also apply to its writes).
-    const clean: string[] = [];
-    for (let i = 0; i < args.length; i++) {
-      if (args[i] === '--rlimit') i++;
-      else clean.push(args[i]!);
-    }
-    const child = spawn('python3', clean, { env: { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: dirs['/tmp']!, TMPDIR: dirs['/tmp']!, LANG: 'C.UTF-8' }, stdio: ['pipe', 'pipe', 'ignore'] });
+    // Every pod of the fake shares the host's loopback: each gets its own go port.
+    const port = this.nextGoPort++;
+    const argsOf = (command: string[]) => {
+      const py = command.indexOf('python3');
+      const args = command.slice(py + 1).map((a, i, all) => (all[i - 1] === '-c' ? a : all[i - 1] === '--go-port' ? String(port) : mapPath(a)));
+      // Without --rlimit (the fake runs as whoever runs the tests; an fsize limit would also apply to its writes).
+      const clean: string[] = [];
+      for (let i = 0; i < args.length; i++) {
+        if (args[i] === '--rlimit') i++;
+        else clean.push(args[i]!);
+      }
+      return clean;
+    };
+    const env = { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: dirs['/tmp']!, TMPDIR: dirs['/tmp']!, LANG: 'C.UTF-8' };
+    const child = spawn('python3', argsOf(main.command), { env, stdio: ['ignore', 'pipe', 'pipe'] });
     const entry = { child, sinks: new Set<(b: Buffer) => void>(), attached: false };
     this.procs.set(podName, entry);
     this.startedPods.add(podName);
-    child.stdout!.on('data', (b: Buffer) => {
-      for (const s of entry.sinks) s(b);
-    });
-    child.stdin!.on('error', () => undefined);
+    // main's stdout and stderr are its container log (with --tee: the program's output).
+    const toLog = (b: Buffer) => {
+      if (this.list('pods').some((p) => p.metadata.name === podName)) this.appendLog(podName, 'main', b);
+    };
+    child.stdout!.on('data', toLog);
+    child.stderr!.on('data', toLog);
     child.on('exit', (code, signal) => {
       this.procs.delete(podName);
       if (!this.get('pods', pod.metadata.namespace, podName)) return;
       this.mainTerminated(podName, code ?? (signal ? 137 : 1));
     });
+    const deliver = spawn('python3', argsOf(collector.command), { env, stdio: ['pipe', 'pipe', 'ignore'] });
+    const dEntry = { child: deliver, sinks: new Set<(b: Buffer) => void>(), attached: false };
+    this.delivers.set(podName, dEntry);
+    deliver.stdout!.on('data', (b: Buffer) => {
+      for (const sink of dEntry.sinks) sink(b);
+    });
+    deliver.stdin!.on('error', () => undefined);
+    deliver.on('exit', () => this.delivers.delete(podName));
     // The kubelet reports a started container at its next status sync; the runtime (attach) knows at once.
     if (this.statusLagMs > 0) {
       this.later(this.statusLagMs, () => {

@@ -584,7 +584,7 @@ const rows: Row[] = [
     expect: (a) => expect(a).toEqual([{ type: 'collect', pod: 'sp-run-abcde' }]),
   },
   {
-    name: 'warm: runner ended 123 with no done (stdin closed before the go line) → internal_error, Job deleted',
+    name: 'warm: runner ended 123 with no done (its go connection closed before the go line) → internal_error, Job deleted',
     run: run({ phaseReported: 'execution', warm: { deliveredAt: T0 + 2 * S, done: null } }),
     job,
     pod: makePod().mainTerminated(123, 'Error', T0 + S, T0 + 3 * S).obj(),

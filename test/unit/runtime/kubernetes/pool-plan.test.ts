@@ -1,7 +1,9 @@
 /** The warm pool's pure decisions (pool-plan.ts), as tables with an explicit clock. */
 import { describe, expect, it } from 'vitest';
-import { poolable, claimOrder, claimedJob, memberOf, planPool, poolBackoffMs, poolJob, type PoolMember } from '../../../../src/runtime/kubernetes/pool-plan.ts';
-import { decide, newRunState } from '../../../../src/runtime/kubernetes/decide.ts';
+import type { V1Job } from '@kubernetes/client-node';
+import { GO_PORT, poolable, claimOrder, claimedJob, coldAttachJob, memberOf, planPool, poolBackoffMs, poolJob, type PoolMember } from '../../../../src/runtime/kubernetes/pool-plan.ts';
+import { afterHandOverFailure, decide, newRunState } from '../../../../src/runtime/kubernetes/decide.ts';
+import { buildJob } from '../../../../src/runtime/kubernetes/build-job.ts';
 import { jobType, testConfig } from '../../../support/kube-runtime.ts';
 
 const T0 = 1_000_000;
@@ -105,34 +107,71 @@ describe('claimOrder', () => {
 
 describe('pool Job and claim', () => {
   const cfg = testConfig();
-  it('a pool pod runs the runner inline in --wait mode with stdin, no Secret volume, no per-run options', () => {
-    const { job, specHash } = poolJob(jobType(), cfg, { runtimeClassName: 'gvisor', runnerSource: 'RUNNER', name: 'sp-w-1', maxIdleSec: 900 });
+  it('a pool pod: main runs the runner inline (--wait --go-port, --tee), the collector runs deliver.py with stdin; no Secret, no per-run options', () => {
+    const { job, specHash } = poolJob(jobType(), cfg, { runtimeClassName: 'gvisor', runnerSource: 'RUNNER', deliverSource: 'DELIVER', name: 'sp-w-1', maxIdleSec: 900 });
     const spec = job.spec!.template.spec!;
     const main = spec.containers.find((c) => c.name === 'main')!;
-    expect(main.stdin).toBe(true);
-    expect(main.stdinOnce).toBe(true);
+    const collector = spec.containers.find((c) => c.name === 'collector')!;
+    // Nothing reaches main but the go line over loopback: its stdout is the program's (kubectl logs).
+    expect(main.stdin).toBeUndefined();
     expect(main.command).toContain('--wait');
+    expect(main.command!.slice(main.command!.indexOf('--go-port'), main.command!.indexOf('--go-port') + 2)).toEqual(['--go-port', String(GO_PORT)]);
+    expect(main.command).not.toContain('--phase-fd');
     expect(main.command!.slice(main.command!.indexOf('-c'), main.command!.indexOf('-c') + 2)).toEqual(['-c', 'RUNNER']);
-    expect(main.command).not.toContain('--tee');
+    expect(main.command).toContain('--tee');
     expect(main.command).not.toContain('--timeout');
+    expect(collector.stdin).toBe(true);
+    expect(collector.stdinOnce).toBe(true);
+    expect(collector.command!.slice(collector.command!.indexOf('-c'), collector.command!.indexOf('-c') + 2)).toEqual(['-c', 'DELIVER']);
+    expect(collector.command).toContain(String(GO_PORT));
     expect(spec.volumes!.some((v) => v.secret)).toBe(false);
-    expect(main.volumeMounts!.find((v) => v.name === 'code')!.readOnly).toBeUndefined();
+    expect(spec.volumes!.find((v) => v.name === 'code')!.emptyDir).toBeDefined();
+    // The program's code and input are read-only to main, writable only to the collector.
+    expect(main.volumeMounts!.find((v) => v.name === 'code')!.readOnly).toBe(true);
+    expect(main.volumeMounts!.find((v) => v.name === 'input')!.readOnly).toBe(true);
+    expect(collector.volumeMounts!.find((v) => v.name === 'code')!.readOnly).toBeUndefined();
+    expect(collector.volumeMounts!.find((v) => v.name === 'output')!.readOnly).toBe(true);
     expect(job.metadata!.labels!['sandpod.io/execution-id']).toBeUndefined();
     expect(job.spec!.template.metadata!.labels!['sandpod.io/pool-spec']).toBe(specHash);
     // Same inputs, same hash; a JobType change, another hash; the name does not count.
-    expect(poolJob(jobType(), cfg, { runtimeClassName: 'gvisor', runnerSource: 'RUNNER', name: 'sp-w-2', maxIdleSec: 900 }).specHash).toBe(specHash);
-    expect(poolJob(jobType({ memory_limit: '1g' }), cfg, { runtimeClassName: 'gvisor', runnerSource: 'RUNNER', name: 'sp-w-1', maxIdleSec: 900 }).specHash).not.toBe(specHash);
-    expect(poolJob(jobType(), cfg, { runtimeClassName: 'gvisor', runnerSource: 'RUNNER2', name: 'sp-w-1', maxIdleSec: 900 }).specHash).not.toBe(specHash);
+    expect(poolJob(jobType(), cfg, { runtimeClassName: 'gvisor', runnerSource: 'RUNNER', deliverSource: 'DELIVER', name: 'sp-w-2', maxIdleSec: 900 }).specHash).toBe(specHash);
+    expect(poolJob(jobType({ memory_limit: '1g' }), cfg, { runtimeClassName: 'gvisor', runnerSource: 'RUNNER', deliverSource: 'DELIVER', name: 'sp-w-1', maxIdleSec: 900 }).specHash).not.toBe(specHash);
+    expect(poolJob(jobType(), cfg, { runtimeClassName: 'gvisor', runnerSource: 'RUNNER2', deliverSource: 'DELIVER', name: 'sp-w-1', maxIdleSec: 900 }).specHash).not.toBe(specHash);
+  });
+
+  it('cold, warm and cold-attach pods give main the same mounts (one builder): code and input read-only', () => {
+    const run = { executionId: 'e-1', code: 'x', inputJson: '{}', jobType: jobType(), timeoutSec: 10, startupTimeoutSec: 60, requirements: [], maxStdoutBytes: 100, maxArtifactBytes: 100 };
+    const mainOf = (j: V1Job) => j.spec!.template.spec!.containers.find((c) => c.name === 'main')!;
+    const cold = mainOf(buildJob(run, run.jobType, cfg, { runtimeClassName: 'gvisor', runnerSource: 'R' }).job).volumeMounts!.filter((m) => m.name !== 'runner');
+    const warm = mainOf(poolJob(run.jobType, cfg, { runtimeClassName: 'gvisor', runnerSource: 'R', deliverSource: 'D', name: 'sp-w-1', maxIdleSec: 900 }).job).volumeMounts;
+    const attach = mainOf(coldAttachJob(run, cfg, { runtimeClassName: 'gvisor', runnerSource: 'R', deliverSource: 'D', name: 'sp-e-1', graceSec: 5 })).volumeMounts;
+    expect(warm).toEqual(cold);
+    expect(attach).toEqual(cold);
+    expect(cold.filter((m) => m.readOnly).map((m) => m.mountPath)).toEqual(expect.arrayContaining(['/code', '/input']));
   });
 
   it('a claim labels the Job, keeps its resourceVersion and sets a deadline counted from now', () => {
-    const { job } = poolJob(jobType(), cfg, { runtimeClassName: null, runnerSource: 'R', name: 'sp-w-1', maxIdleSec: 900 });
+    const { job } = poolJob(jobType(), cfg, { runtimeClassName: null, runnerSource: 'R', deliverSource: 'D', name: 'sp-w-1', maxIdleSec: 900 });
     const read = { ...job, metadata: { ...job.metadata, resourceVersion: '42' }, status: { startTime: new Date(T0) } };
     const c = claimedJob(read, { executionId: 'e-1', timeoutSec: 10, startupTimeoutSec: 60 }, 5, T0 + 100_000);
     expect(c.metadata!.resourceVersion).toBe('42');
     expect(c.metadata!.labels!['sandpod.io/execution-id']).toBe('e-1');
     expect(c.metadata!.annotations!['sandpod.io/execution-id']).toBe('e-1');
     expect(c.spec!.activeDeadlineSeconds).toBe(100 + 10 + 5);
+  });
+});
+
+describe('afterHandOverFailure', () => {
+  it.each([
+    ['warm, first failure: another pool pod', 'warm', 1, 'warm'],
+    ['warm, second failure: cold', 'warm', 2, 'cold'],
+    ['warm, later failures: cold', 'warm', 5, 'cold'],
+    ['cold attach: the attempt fails (the service retries it)', 'cold-attach', 1, 'fail'],
+  ] as const)('%s', (_n, path, failures, next) => {
+    expect(afterHandOverFailure(path, failures)).toBe(next);
+  });
+  it('no warm retries allowed: cold at once', () => {
+    expect(afterHandOverFailure('warm', 1, 0)).toBe('cold');
   });
 });
 

@@ -1,0 +1,220 @@
+/**
+ * The two paths of a run whose program goes by attach (runs/hand-over.ts): a claimed warm pool pod
+ * (pool.ts), and a cold pod made the same way (`kubernetes.cold_start: attach`, pool-plan.ts
+ * `coldAttachJob`). Both pods have the same mounts as a cold run's (/code and /input read-only to
+ * the program); they differ from it only in who writes those volumes. A hand-over that fails before
+ * the program started is retried as `afterHandOverFailure` (decide.ts) says.
+ */
+import type { V1Job } from '@kubernetes/client-node';
+import type { Clock } from '../../../clock.ts';
+import type { Config } from '../../../config.ts';
+import { upgradeRefused, type KubeApi } from '../../../kube/index.ts';
+import type { Logger } from '../../../logger.ts';
+import type { RawRun, RunOptions, RunSpec } from '../../runtime.ts';
+import type { RunController } from '../controller.ts';
+import { afterHandOverFailure, newRunState } from '../decide.ts';
+import { CONTAINERS, LABELS, jobNameFor } from '../names.ts';
+import { defaultOutputLimits } from '../output-tar.ts';
+import { coldAttachJob } from '../pool-plan.ts';
+import type { WarmPool } from '../pool.ts';
+import { handOver } from './hand-over.ts';
+
+/** How often a cold attach run tries to attach before the kubelet reports the collector running, ms. */
+const EARLY_ATTACH_INTERVAL_MS = 40;
+/** How long a program may take to start once its payload was sent (the runner answers `execution`), ms. */
+const HAND_OVER_TIMEOUT_MS = 30_000;
+
+/** What the attach paths need from the runtime. */
+export interface AttachedRunsDeps {
+  api: KubeApi;
+  controller: RunController;
+  pool: () => WarmPool | null;
+  config: Config;
+  clock: Clock;
+  log: Logger;
+  runnerSource: () => string;
+  deliverSource: () => string;
+  /** Creates the run's Job, or takes the one of the same name an earlier attempt made (409). */
+  ensureJob: (job: V1Job, jobName: string) => Promise<V1Job>;
+  podGoneGraceMs?: number;
+  handOverTimeoutMs?: number;
+}
+
+/** Waits for a tracked run; an abort from here on cancels it (the controller deletes its Job). */
+export async function awaitTracked(controller: RunController, key: string, tracked: Promise<RawRun>, signal: AbortSignal | undefined): Promise<RawRun> {
+  const onAbort = () => controller.cancel(key);
+  signal?.addEventListener('abort', onAbort, { once: true });
+  try {
+    if (signal?.aborted) controller.cancel(key);
+    return await tracked;
+  } finally {
+    signal?.removeEventListener('abort', onAbort);
+  }
+}
+
+/** The warm and cold-attach paths (see the module comment). */
+export class AttachedRuns {
+  private readonly ns: string;
+
+  constructor(private readonly d: AttachedRunsDeps) {
+    this.ns = d.config.kubernetes.runs_namespace;
+  }
+
+  /**
+   * The warm path: claims a pool pod, hands the program over and drives the run like any other; the
+   * runner's `done N` ends it without waiting for the kubelet. Null on a miss, or when hand-overs
+   * failed until `afterHandOverFailure` says cold (each claimed Job is deleted; the caller starts cold).
+   */
+  async runWarm(spec: RunSpec, options: RunOptions, key: string, startedAt: number): Promise<RawRun | null> {
+    const pool = this.d.pool();
+    if (!pool) return null;
+    for (let failures = 0; ; ) {
+      const claim = await pool.claim(spec);
+      if (!claim) return null;
+      const jobName = claim.job.metadata?.name ?? '';
+      const podName = claim.pod.metadata?.name ?? '';
+      const tracked = this.track(spec, options, key, jobName, startedAt, {
+        jobSeen: true,
+        ...(claim.job.metadata?.uid ? { jobUid: claim.job.metadata.uid } : {}),
+        ...(claim.pod.metadata?.uid ? { podUid: claim.pod.metadata.uid } : {}),
+      });
+      tracked.catch(() => undefined);
+      // The pod is known by uid already; its labels (for kubectl and other replicas) may come later.
+      claim.labelled.catch((err: unknown) => this.d.log.warn({ execution_id: spec.executionId, pod: podName, err: String(err) }, 'could not label the claimed pod'));
+      try {
+        await this.deliver(key, podName, spec);
+      } catch (err) {
+        failures++;
+        const next = afterHandOverFailure('warm', failures);
+        this.d.log.warn({ execution_id: spec.executionId, job: jobName, err: String(err), failures, next }, 'could not hand the program to a warm pod; trying again');
+        this.d.controller.untrack(key);
+        pool.noteHandOverRetry(spec.jobType.name);
+        await this.d.api.deleteJob(this.ns, jobName).catch(() => undefined);
+        if (next !== 'warm') return null;
+        continue;
+      }
+      return await awaitTracked(this.d.controller, key, tracked, options.signal);
+    }
+  }
+
+  /**
+   * A cold run made like a warm one: its Job is a pool Job named after the execution; once the
+   * collector runs, the program goes through attach and the runner's `done` line ends the run. No
+   * Secret. Startup is until the hand-over.
+   */
+  async runColdAttach(spec: RunSpec, options: RunOptions, key: string, startedAt: number, runtimeClassName: string | null): Promise<RawRun> {
+    const jobName = jobNameFor(spec.executionId);
+    const job = coldAttachJob(spec, this.d.config, {
+      name: jobName,
+      runtimeClassName,
+      runnerSource: this.d.runnerSource(),
+      deliverSource: this.d.deliverSource(),
+      graceSec: this.d.config.kubernetes.deadline_grace_seconds,
+    });
+    const tracked = this.track(spec, options, key, jobName, startedAt, {});
+    let settled = false;
+    tracked.then(
+      () => (settled = true),
+      () => (settled = true),
+    );
+    let owner: V1Job;
+    try {
+      owner = await this.d.ensureJob(job, jobName);
+      this.d.controller.ownJob(key, owner.metadata?.uid ?? '');
+    } catch (err) {
+      this.d.controller.untrack(key);
+      throw err;
+    }
+    // The abort listener is in place (awaitTracked's synchronous start) before delivery begins.
+    const waiting = awaitTracked(this.d.controller, key, tracked, options.signal);
+    // Hand the program over as soon as the collector runs; the controller meanwhile watches for
+    // startup failures (image errors, the startup timeout) and ends the run on its own.
+    void this.deliverWhenRunning(spec, key, owner.metadata?.uid ?? '', () => settled);
+    return await waiting;
+  }
+
+  /** Starts driving a run whose program goes by attach. */
+  private track(spec: RunSpec, options: RunOptions, key: string, jobName: string, startedAt: number, known: { jobSeen?: boolean; jobUid?: string; podUid?: string }): Promise<RawRun> {
+    const { jobSeen, ...uids } = known;
+    return this.d.controller.track(key, {
+      state: newRunState({
+        executionId: spec.executionId,
+        jobName,
+        startedAt,
+        startupTimeoutMs: spec.startupTimeoutSec * 1000,
+        podGoneGraceMs: this.d.podGoneGraceMs ?? 3000,
+        ...(jobSeen ? { jobSeen } : {}),
+        warm: { deliveredAt: null, done: null },
+      }),
+      limits: defaultOutputLimits(spec.maxArtifactBytes, spec.maxStdoutBytes),
+      ...(options.onPhase ? { onPhase: options.onPhase } : {}),
+      ...uids,
+    });
+  }
+
+  /** Hands the program to `podName`'s collector; the run's execution starts when the runner says so. */
+  private async deliver(key: string, podName: string, spec: RunSpec): Promise<void> {
+    const session = await handOver(this.d.api, this.ns, podName, spec, {
+      timeoutMs: this.d.handOverTimeoutMs ?? HAND_OVER_TIMEOUT_MS,
+      onDone: (exitCode) => this.d.controller.done(key, exitCode, this.d.clock.now()),
+    });
+    this.d.controller.setAttach(key, session);
+    this.d.controller.delivered(key, this.d.clock.now());
+  }
+
+  /**
+   * Hands the program over as soon as the collector can take it. The kubelet reports a container
+   * running only at its next status sync (up to a second after the start), but attach asks the
+   * container runtime itself: so once the pod is bound to a node, attach is tried every
+   * {@link EARLY_ATTACH_INTERVAL_MS} before the status says so. A refused attach (the container is not
+   * running yet) opened no stream, so it leaves the `stdinOnce` stdin untouched and may be repeated;
+   * once the status says running, a failure is final.
+   */
+  private async deliverWhenRunning(spec: RunSpec, key: string, jobUid: string, settled: () => boolean): Promise<void> {
+    const c = this.d.controller;
+    let lastTry = Number.NEGATIVE_INFINITY;
+    // Woken by any change of this run's pod, so the loop does not poll the pod cache.
+    let wake: (() => void) | null = null;
+    const off = c.pods.on((_event, p) => {
+      if (p.metadata?.labels?.[LABELS.executionId] === key) wake?.();
+    });
+    try {
+      while (!settled()) {
+        const pod = c.pods.list().find((p) => p.metadata?.labels?.[LABELS.executionId] === key && p.metadata?.ownerReferences?.some((r) => r.uid === jobUid));
+        const status = (n: string) => pod?.status?.containerStatuses?.find((s) => s.name === n);
+        if (status(CONTAINERS.main)?.state?.terminated || status(CONTAINERS.collector)?.state?.terminated) return;
+        const usable = !!pod?.metadata?.name && !pod.metadata.deletionTimestamp;
+        const running = usable && !!status(CONTAINERS.collector)?.state?.running;
+        const bound = usable && !!pod?.spec?.nodeName;
+        const now = this.d.clock.now();
+        if (running || (bound && now - lastTry >= EARLY_ATTACH_INTERVAL_MS)) {
+          lastTry = now;
+          try {
+            await this.deliver(key, pod!.metadata!.name!, spec);
+            return;
+          } catch (err) {
+            // Not running yet (the upgrade was refused, no stream opened): try again shortly.
+            if (!running && upgradeRefused(err) && !settled()) continue;
+            // The program never reached the pod: the attempt fails (the service retries it) and its Job goes.
+            this.d.log.warn({ execution_id: spec.executionId, err: String(err), next: afterHandOverFailure('cold-attach', 1) }, 'could not hand the program to the run pod');
+            c.untrack(key);
+            await this.d.api.deleteJob(this.ns, jobNameFor(spec.executionId)).catch(() => undefined);
+            return;
+          }
+        }
+        // Until the pod changes, the next attempt is due, or (to notice the run settling) 100 ms.
+        const waitMs = bound ? Math.max(1, lastTry + EARLY_ATTACH_INTERVAL_MS - this.d.clock.now()) : 100;
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, waitMs);
+          wake = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+        wake = null;
+      }
+    } finally {
+      off();
+    }
+  }
+}

@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""sandpod delivery: the `collector` of a Kubernetes pod whose program arrives by attach (a warm pool
+pod, or a cold pod started the same way).
+
+Why a second process, in another container: the program's /code and /input must be read-only to it
+in the kernel's sense (SPEC 1.5), and the program runs with the runner's uid in `main`. Whatever
+`main` can write, the program can write. So `main` mounts both volumes read-only, and this process,
+in the `collector` container (which mounts them writable and runs nothing of the user's), writes
+them. The runner in `main` learns of the delivery on a loopback connection it only reads the go line
+from (runner.py --go-port); its phase lines come back on that connection and are relayed here, so
+`main`'s stdout and stderr carry only the program's output, as in a cold pod (`kubectl logs -c main`).
+
+Standard library only; shipped as `python3 -c <this file>` in the pod's command, like the runner.
+
+CLI
+    python3 deliver.py --code PATH --input PATH --go-port PORT --release PATH
+
+Protocol (stdin, attached by the service once, `stdinOnce`)
+    one line: {"code": N1, "input": N2, "go": {...}}   (at most 64 KiB)
+    then N1 bytes of the program and N2 bytes of its input.
+    The files are written, then the runner's port on 127.0.0.1 is connected to (retried while it
+    is refused, for at most --connect-timeout seconds) and the `go` object is sent as one line.
+    Everything the runner writes back (`ready`, `execution`, `done N`) is copied to stdout.
+    A stream that ends before the whole payload sends nothing to the runner: no program runs.
+    Errors are reported on stdout as one line `undelivered REASON`.
+
+Afterwards the process is the pod's collector: it holds /output (read-only here) for the service's
+exec'd `tar` and exits 0 when the release file appears, or on SIGTERM/SIGINT.
+"""
+import json
+import os
+import signal
+import socket
+import sys
+import time
+
+MAX_HEADER = 64 * 1024
+CHUNK = 64 * 1024
+
+
+def say(line):
+    try:
+        os.write(1, line.encode('utf-8', 'replace') + b'\n')
+    except OSError:
+        pass
+
+
+def parse_args(argv):
+    opts = {'--code': '/code/main.py', '--input': '/input/data.json', '--go-port': None, '--release': '/control/release', '--connect-timeout': '60'}
+    i = 0
+    while i < len(argv):
+        if argv[i] not in opts or i + 1 >= len(argv):
+            say('undelivered bad argument %s' % argv[i])
+            sys.exit(2)
+        opts[argv[i]] = argv[i + 1]
+        i += 2
+    if opts['--go-port'] is None:
+        say('undelivered --go-port is required')
+        sys.exit(2)
+    return opts
+
+
+def read_line(fd, limit):
+    buf = bytearray()
+    while b'\n' not in buf:
+        if len(buf) > limit:
+            return None, b''
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return None, b''
+        buf.extend(chunk)
+    at = buf.index(b'\n')
+    return bytes(buf[:at]), bytes(buf[at + 1:])
+
+
+def copy_exact(fd, first, n, path):
+    """Writes the next `n` bytes of the stream (`first` already read) to `path`; what is left over."""
+    out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o444)
+    try:
+        take = first[:n]
+        os.write(out, take)
+        left = n - len(take)
+        rest = first[n:]
+        while left > 0:
+            chunk = os.read(fd, min(CHUNK, left))
+            if not chunk:
+                return None
+            os.write(out, chunk)
+            left -= len(chunk)
+        return rest
+    finally:
+        os.close(out)
+
+
+def connect(port, timeout):
+    deadline = time.monotonic() + timeout
+    while True:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.connect(('127.0.0.1', port))
+            return s
+        except OSError:
+            s.close()
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.02)
+
+
+def deliver(opts):
+    header, rest = read_line(0, MAX_HEADER)
+    if header is None:
+        return  # the attach ended before a hand-over: nothing runs
+    try:
+        msg = json.loads(header)
+        sizes = [int(msg['code']), int(msg['input'])]
+        go = msg['go']
+        if not isinstance(go, dict) or min(sizes) < 0:
+            raise ValueError()
+    except (ValueError, KeyError, TypeError):
+        say('undelivered bad header')
+        return
+    for path, n in zip((opts['--code'], opts['--input']), sizes):
+        try:
+            rest = copy_exact(0, rest, n, path)
+        except OSError as e:
+            say('undelivered cannot write %s: %s' % (path, e.strerror))
+            return
+        if rest is None:
+            return  # the stream ended mid-payload: no go line, nothing runs
+    try:
+        conn = connect(int(opts['--go-port']), float(opts['--connect-timeout']))
+    except OSError as e:
+        say('undelivered the runner is not listening: %s' % e)
+        return
+    try:
+        conn.sendall(json.dumps(go).encode() + b'\n')
+        while True:
+            chunk = conn.recv(4096)
+            if not chunk:
+                break
+            os.write(1, chunk)
+    except OSError:
+        pass
+    finally:
+        conn.close()
+
+
+def main():
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    signal.signal(signal.SIGINT, lambda *_: os._exit(0))
+    opts = parse_args(sys.argv[1:])
+    deliver(opts)
+    # fd 0 is done with; the collector's part follows.
+    while not os.path.exists(opts['--release']):
+        time.sleep(0.2)
+    os._exit(0)
+
+
+if __name__ == '__main__':
+    main()

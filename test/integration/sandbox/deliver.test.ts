@@ -1,0 +1,106 @@
+/**
+ * The hand-over pair of a Kubernetes attach pod, as real processes: deliver.py (the collector) takes
+ * the program and input on stdin, writes them, and passes the go line to the runner (`--wait
+ * --go-port`) over loopback; the runner's phase lines come back through deliver's stdout, while the
+ * runner's own stdout and stderr carry only the program's output (`--tee`), as a cold pod's log does.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, existsSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { RUNNER_NOT_DELIVERED_EXIT } from '../../../src/runtime/run-output.ts';
+import { handOverPayload } from '../../../src/runtime/kubernetes/runs/hand-over.ts';
+import { DELIVER_PATH, RUNNER_PATH } from '../../../src/sandbox/paths.ts';
+
+const PY = '/usr/bin/python3';
+const CLEAN = { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: '/tmp', TMPDIR: '/tmp', LANG: 'C.UTF-8' };
+const children: ChildProcess[] = [];
+
+afterEach(() => {
+  for (const c of children.splice(0)) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+});
+
+async function freePort(): Promise<number> {
+  const s = createServer();
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+  const port = (s.address() as { port: number }).port;
+  await new Promise((r) => s.close(r));
+  return port;
+}
+
+function collect(c: ChildProcess): { out: () => string; err: () => string; exited: Promise<number | null> } {
+  let out = '';
+  let err = '';
+  c.stdout?.on('data', (b: Buffer) => (out += b.toString()));
+  c.stderr?.on('data', (b: Buffer) => (err += b.toString()));
+  return { out: () => out, err: () => err, exited: new Promise((r) => c.on('close', (code) => r(code))) };
+}
+
+async function until(pred: () => boolean, ms = 10_000): Promise<void> {
+  for (const end = Date.now() + ms; !pred() && Date.now() < end; ) await new Promise((r) => setTimeout(r, 20));
+}
+
+async function pair(prefix: string) {
+  mkdirSync('/tmp/sandpod-test', { recursive: true });
+  const dir = mkdtempSync(path.join('/tmp/sandpod-test', prefix));
+  for (const d of ['code', 'input', 'out', 'control']) mkdirSync(path.join(dir, d));
+  const port = await freePort();
+  const code = path.join(dir, 'code', 'main.py');
+  const input = path.join(dir, 'input', 'data.json');
+  const runnerProc = spawn(PY, [RUNNER_PATH, '--code', code, '--input', input, '--output', path.join(dir, 'out'), '--cwd', dir, '--tee', '--wait', '--go-port', String(port)], { env: CLEAN, stdio: ['ignore', 'pipe', 'pipe'] });
+  const deliverProc = spawn(PY, [DELIVER_PATH, '--code', code, '--input', input, '--go-port', String(port), '--release', path.join(dir, 'control', 'release')], { env: CLEAN, stdio: ['pipe', 'pipe', 'pipe'] });
+  children.push(runnerProc, deliverProc);
+  return { dir, code, input, runner: collect(runnerProc), deliver: collect(deliverProc), deliverProc, runnerProc };
+}
+
+describe('deliver.py and runner --go-port', () => {
+  it('hands the program over: files written by deliver, go over loopback, phases on deliver, program output on the runner', async () => {
+    const p = await pair('deliver-ok-');
+    const program = 'import json, sys\nprint(json.load(open(sys.argv[0].replace("code/main.py", "input/data.json")))["k"])\nprint("to stderr", file=sys.stderr)\nsys.exit(3)\n';
+    p.deliverProc.stdin!.write(handOverPayload({ code: program, inputJson: '{"k": "wörld"}', timeoutSec: 10, maxStdoutBytes: 1000 }));
+    expect(await p.runner.exited).toBe(3);
+    await until(() => p.deliver.out().includes('done'));
+    expect(p.deliver.out()).toBe('ready\nexecution\ndone 3\n');
+    // The runner's own streams: the program's output only (what `kubectl logs -c main` shows).
+    expect(p.runner.out()).toBe('wörld\n');
+    expect(p.runner.err()).toBe('to stderr\n');
+    expect(readFileSync(p.code, 'utf8')).toBe(program);
+    expect(readFileSync(path.join(p.dir, 'out', '.svc_stdout'), 'utf8')).toBe('wörld\n');
+    // Then deliver is the collector: it exits 0 once released.
+    writeFileSync(path.join(p.dir, 'control', 'release'), '');
+    expect(await p.deliver.exited).toBe(0);
+  });
+
+  it('a stream that ends mid-payload sends no go line: nothing runs, and the runner still waits', async () => {
+    const p = await pair('deliver-cut-');
+    const full = handOverPayload({ code: 'open("ran", "w").write("x")\n', inputJson: '{}', timeoutSec: 10, maxStdoutBytes: 1000 });
+    p.deliverProc.stdin!.end(full.subarray(0, full.length - 5));
+    await new Promise((r) => setTimeout(r, 1500));
+    expect(p.runnerProc.exitCode).toBeNull();
+    expect(p.deliver.out()).toBe('');
+    expect(existsSync(path.join(p.dir, 'ran'))).toBe(false);
+  });
+
+  it('the runner exits 123 when the go connection closes before a go line', async () => {
+    mkdirSync('/tmp/sandpod-test', { recursive: true });
+    const dir = mkdtempSync(path.join('/tmp/sandpod-test', 'deliver-eof-'));
+    mkdirSync(path.join(dir, 'out'));
+    const port = await freePort();
+    const r = spawn(PY, [RUNNER_PATH, '--code', path.join(dir, 'main.py'), '--output', path.join(dir, 'out'), '--wait', '--go-port', String(port)], { env: CLEAN, stdio: ['ignore', 'pipe', 'pipe'] });
+    children.push(r);
+    const runner = collect(r);
+    const { connect } = await import('node:net');
+    let sock: import('node:net').Socket | null = null;
+    await until(() => {
+      if (sock) return true;
+      const s = connect(port, '127.0.0.1');
+      s.on('connect', () => (sock = s));
+      s.on('error', () => undefined);
+      return false;
+    });
+    sock!.end();
+    expect(await runner.exited).toBe(RUNNER_NOT_DELIVERED_EXIT);
+    expect(runner.out()).toBe('');
+  });
+});

@@ -1,0 +1,18 @@
+/** The warm sandbox series of /metrics, from a runtime's pool stats. */
+import { describe, expect, it } from 'vitest';
+import { Metrics } from '../../src/metrics.ts';
+
+describe('warm pool metrics', () => {
+  it('claims by outcome and hand-over retries per job type', async () => {
+    const m = new Metrics();
+    m.watchWarmPool(() => [
+      { job_type: 'a', target: 2, ready: 1, starting: 0, oldest_age_ms: 5000, newest_age_ms: 5000, hits: 4, misses: 1, handover_retries: 2 },
+      { job_type: 'b', target: 0, ready: 0, starting: 0, oldest_age_ms: null, newest_age_ms: null, hits: 0, misses: 3 },
+    ]);
+    const text = await m.registry.metrics();
+    expect(text).toContain('sandpod_warm_claims_total{job_type="a",outcome="hit"} 4');
+    expect(text).toContain('sandpod_warm_handover_retries_total{job_type="a"} 2');
+    // A runtime that does not count retries shows no series for them.
+    expect(text).not.toContain('sandpod_warm_handover_retries_total{job_type="b"}');
+  });
+});
