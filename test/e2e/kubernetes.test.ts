@@ -153,6 +153,17 @@ describe.skipIf(!KUBECONFIG)('kubernetes e2e (needs SANDPOD_E2E_KUBECONFIG and S
     expect(phases).toEqual(['execution']);
   }, 300_000);
 
+  it('a run writing 1,500 files: the first 1,000 by name listed, all counted, the list flagged, result.json kept', async () => {
+    const raw = await rt.run(
+      spec('import json\nfor i in range(1500):\n    open(f"/output/f{i:04d}.txt", "w").write(str(i))\njson.dump({"n": 1500}, open("/output/result.json", "w"))'),
+    );
+    expect(raw.observation).toMatchObject({ exitCode: 0, phase: 'completed' });
+    expect(JSON.parse(raw.resultJson!)).toEqual({ n: 1500 });
+    expect(raw).toMatchObject({ artifactsTotal: 1500, artifactsTruncated: true });
+    expect(raw.artifacts).toHaveLength(1000);
+    expect(raw.artifacts.at(-1)).toMatchObject({ name: 'f0999.txt', size: 3 });
+  }, 300_000);
+
   it('live output: the main container log is followed; the first chunk arrives while the program still runs', async () => {
     const got: { stream: string; text: string; at: number }[] = [];
     let resolvedAt = 0;
