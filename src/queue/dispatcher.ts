@@ -54,6 +54,8 @@ export class Dispatcher<Row> {
   private pendingWake = false;
   private unsubscribe: (() => Promise<void>) | null = null;
   private readonly inflight = new Set<Promise<unknown>>();
+  /** The job claimed to test the engine while the gate said `probe` (jobs started before do not count). */
+  private probing: Promise<unknown> | null = null;
   private readonly pollMs: number;
 
   constructor(private readonly o: DispatcherOptions<Row>) {
@@ -98,7 +100,7 @@ export class Dispatcher<Row> {
   private async run(): Promise<void> {
     while (!this.stopping) {
       const gate = this.o.gate?.() ?? { kind: 'go' };
-      if (gate.kind === 'wait' || (gate.kind === 'probe' && this.inflight.size > 0)) {
+      if (gate.kind === 'wait' || (gate.kind === 'probe' && this.probing)) {
         await this.pause(gate.kind === 'wait' ? Math.min(gate.ms, this.pollMs * 5) : Math.min(this.pollMs, 100));
         continue;
       }
@@ -137,6 +139,12 @@ export class Dispatcher<Row> {
           this.inflight.delete(p);
         });
       this.inflight.add(p);
+      if (gate.kind === 'probe') {
+        this.probing = p;
+        void p.finally(() => {
+          if (this.probing === p) this.probing = null;
+        });
+      }
     }
   }
 

@@ -91,4 +91,31 @@ describe('Dispatcher with a gate', () => {
     expect(await d.stop(1000)).toBe(true);
     expect(Date.now() - t0).toBeLessThan(1000); // stop ends a long wait at once
   });
+
+  it('a job started before the probe does not hold the probe back', async () => {
+    let gate: DispatchGate = { kind: 'go' };
+    let claims = 0;
+    const finishers: (() => void)[] = [];
+    const d = new Dispatcher<number>({
+      slots: new Slots(3),
+      logger: silentLogger,
+      pollMs: 10,
+      gate: () => gate,
+      target: { claim: async () => (claims < 1 || gate.kind !== 'go' ? ++claims : undefined), execute: () => new Promise<void>((r) => finishers.push(r)) },
+    });
+    await d.start();
+    await new Promise((r) => setTimeout(r, 100));
+    expect(claims).toBe(1); // a long job, still running
+    gate = { kind: 'probe' };
+    await new Promise((r) => setTimeout(r, 150));
+    expect(claims).toBe(2); // the probe goes although the long job runs
+    finishers[0]!(); // the long job ends: the probe is still the one in flight
+    await new Promise((r) => setTimeout(r, 150));
+    expect(claims).toBe(2);
+    finishers[1]!();
+    await new Promise((r) => setTimeout(r, 150));
+    expect(claims).toBe(3);
+    for (const f of finishers.splice(0)) f();
+    expect(await d.stop(1000)).toBe(true);
+  });
 });
