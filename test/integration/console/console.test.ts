@@ -199,6 +199,23 @@ describeWithChromium('web console in Chromium', () => {
       await expect.poll(() => page.locator('[role=alert]').allTextContents()).toEqual([expect.stringContaining('not found')]);
     });
 
+    it('a run that wrote more files than a record lists says so under its artifacts', async () => {
+      const code = 'for i in range(1003):\n    open(f"/output/f{i:04d}.txt", "w").write("x")';
+      const done = (await (await r.svc.post('/execute', { code })).json()) as { execution_id: string };
+      const { page, problems } = await watchedPage(context);
+      await page.goto(`${r.base}/ui#/runs/${done.execution_id}`);
+      await expect.poll(() => page.locator('#artifacts-truncated').textContent(), { timeout: 30_000 }).toBe(
+        'Only the first 1000 of 1003 entries in /output are listed; the rest were not kept.',
+      );
+      expect(await page.locator('#artifacts tr[data-artifact]').count()).toBe(1000);
+      // A run under the limit has no such line.
+      const small = (await (await r.svc.post('/execute', { code: 'open("/output/one.txt", "w").write("1")' })).json()) as { execution_id: string };
+      await page.goto(`${r.base}/ui#/runs/${small.execution_id}`);
+      await page.locator('tr[data-artifact="one.txt"]').waitFor();
+      expect(await page.locator('#artifacts-truncated').count()).toBe(0);
+      expect(problems).toEqual([]);
+    });
+
     it('the DLQ page lists entries and deletes one; the health page shows the engine and the pool', async () => {
       const done = (await (await r.svc.post('/execute', { code: 'print(1)' })).json()) as { execution_id: string };
       await insertDlq(r.svc.db.kysely, {

@@ -229,6 +229,11 @@ export function RunPage({ id }: { id: string }) {
 
       <Section title="Artifacts" id="artifacts">
         {artifacts.length === 0 ? <p class="muted">{final ? 'No files in /output.' : 'Known when the run ends.'}</p> : <ArtifactTable id={id} items={artifacts} />}
+        {final?.artifacts_truncated ? (
+          <p class="muted" id="artifacts-truncated">
+            Only the first {artifacts.length} of {final.artifacts_total ?? 'more'} entries in /output are listed; the rest were not kept.
+          </p>
+        ) : null}
       </Section>
 
       <Section title="Input" id="input">
