@@ -37,7 +37,7 @@ describe('admission against max_queue_size', () => {
       Array.from({ length: 600 }, async (_, i) => {
         const svc = services[i % services.length]!;
         const res = await svc.post('/execute/async', { code: `print(${i})`, ...(i % 4 === 0 ? { idempotency_key: `adm-${i}` } : {}) });
-        return { status: res.status, body: (await res.json()) as J };
+        return { status: res.status, retryAfter: res.headers.get('retry-after'), body: (await res.json()) as J };
       }),
     );
     const accepted = answers.filter((a) => a.status === 202);
@@ -47,6 +47,7 @@ describe('admission against max_queue_size', () => {
     expect(refused).toHaveLength(580);
     for (const r of refused) {
       expect(r.status).toBe(503);
+      expect(r.retryAfter).toBe('5');
       expect(r.body).toMatchObject({ code: 'queue_full', max_queue_size: 20, queued: 20, running: 0, correlation_id: expect.any(String) });
     }
     const stored = await services[0]!.db.kysely.selectFrom('executions').select('id').execute();
