@@ -42,9 +42,9 @@ describe.skipIf(kind !== 'postgres')('50 queued jobs across a SIGTERM', () => {
     procs.push(a);
     base = a.url;
     // A long job keeps the drain open long enough to look at it.
-    const long = (await client.post('/execute/async', { code: 'import time\ntime.sleep(8)\nprint("long")' })).body.job_id as string;
+    const long = (await client.post('/execute/async', { code: 'import time\ntime.sleep(15)\nprint("long")', timeout: 60 })).body.job_id as string;
     const ids = await submitBatch(client, 50);
-    await untilSucceeded(client, ids, 10);
+    await untilSucceeded(client, ids, 6);
     expect((await client.get(`/jobs/${long}`)).body.status).toBe('running');
 
     a.kill('SIGTERM');
