@@ -316,6 +316,12 @@ class KubernetesRuntime implements Runtime {
     if (options.adopt) {
       adopted = (await this.api.getJob(this.ns, jobName)) ?? this.claimedPoolJob(key);
       if (!adopted) throw new RunGoneError(`no Job ${jobName} for execution ${spec.executionId}`);
+      // A pod whose program never reached it (the process that was handing it over died) would wait
+      // for a go line until its deadline: it goes, and the run starts again (nothing of it ran).
+      if ((await this.attached.handedOver(adopted)) === false) {
+        await this.api.deleteJob(this.ns, adopted.metadata?.name ?? jobName).catch(() => undefined);
+        throw new RunGoneError(`the program of execution ${spec.executionId} never reached its pod`);
+      }
       startedAt = toMs(adopted.metadata?.creationTimestamp) ?? startedAt;
       jobSeen = true;
     } else {

@@ -7,10 +7,11 @@
 import { readFileSync } from 'node:fs';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { JobType } from '../../../src/jobtypes/job-type.ts';
-import { POOL_LABELS } from '../../../src/runtime/kubernetes/pool-plan.ts';
+import { POOL_LABELS, coldAttachJob } from '../../../src/runtime/kubernetes/pool-plan.ts';
+import type { KubeApi } from '../../../src/kube/index.ts';
 import { LABELS } from '../../../src/runtime/kubernetes/names.ts';
-import type { Runtime } from '../../../src/runtime/runtime.ts';
-import { RUNNER_PATH } from '../../../src/sandbox/paths.ts';
+import { RunGoneError, type Runtime } from '../../../src/runtime/runtime.ts';
+import { DELIVER_PATH, RUNNER_PATH } from '../../../src/sandbox/paths.ts';
 import { FakeKube, jobType, spec, startRuntime, testConfig } from '../../support/kube-runtime.ts';
 
 const NS = 'sandpod-jobs';
@@ -209,6 +210,31 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     // The run's own Job (named after the execution) ran it.
     expect(fake.list('jobs', NS).some((j) => j.metadata.name === `sp-${s.executionId}`)).toBe(true);
     expect(rt.warmPoolStats!().find((x) => x.job_type === 'default')).toMatchObject({ handover_retries: 2 });
+  });
+
+  it('adoption after the handing process died: a pod that never got its program goes and the run starts again; a handed-over one is followed to its end', async () => {
+    // What a process that died between creating an attach pod and handing the program over left:
+    // the pod, waiting for a go line that will never come.
+    const second = await start({ warm_pool_size: 0, cold_start: 'attach' });
+    const lost = spec({ code: 'print("never")' });
+    const cfg = testConfig({ kubernetes: { executor_image: 'sandpod/executor:test', deadline_grace_seconds: 5 } });
+    const job = coldAttachJob(lost, cfg, { name: `sp-${lost.executionId}`, runtimeClassName: 'gvisor', runnerSource, deliverSource: readFileSync(DELIVER_PATH, 'utf8'), graceSec: 5 });
+    await (second as unknown as { internals: { api: KubeApi } }).internals.api.createJob(job);
+    await fake.waitFor(() => fake.list('pods', NS).some((p) => p.metadata.labels?.[LABELS.executionId] === lost.executionId && p.status?.containerStatuses?.some((c: { name: string; state?: { running?: unknown } }) => c.name === 'collector' && c.state?.running)), 5000, 'the orphaned pod running');
+    // Adopted: it goes (nothing of the program ran), and the service starts the run again.
+    await expect(second.run(lost, { adopt: true })).rejects.toBeInstanceOf(RunGoneError);
+    await fake.waitFor(() => !fake.list('jobs', NS).some((j) => j.metadata.name === `sp-${lost.executionId}` && !j.metadata.deletionTimestamp), 5000, 'the undelivered Job deleted');
+    // A run whose program did reach its pod is adopted and followed to its end.
+    const slow = spec({ code: 'import time\ntime.sleep(1.5)\nprint("adopted after hand-over")' });
+    const going = second.run(slow);
+    going.catch(() => undefined);
+    await fake.waitFor(() => fake.list('pods', NS).some((p) => p.metadata.labels?.[LABELS.executionId] === slow.executionId && fake.logOf(p.metadata.name, 'collector').includes('execution')), 5000, 'handed over');
+    await second.stop();
+    runtimes.splice(runtimes.indexOf(second), 1);
+    const third = await start({ warm_pool_size: 0, cold_start: 'attach' });
+    const raw = await third.run(slow, { adopt: true });
+    expect(raw.observation).toMatchObject({ exitCode: 0, infraError: null });
+    expect(raw.stdout).toBe('adopted after hand-over\n');
   });
 
   it('pool pods that cannot pull their image are removed at once and replaced after a back-off', async () => {

@@ -36,7 +36,7 @@
  *   runs, as soon as it starts, the real runner of `main`'s command and the real deliver.py of the
  *   collector's (paths /code, /input, /output, /tmp, /control mapped to directories of the fake, the go
  *   port to one of its own per pod), so the hand-over, the go line, the run and `done N` are theirs;
- *   `main`'s stdout and stderr are its log; `main` terminates with the runner's exit status;
+ *   `main`'s stdout and stderr are its log, the collector's stdout its; `main` terminates with the runner's exit status;
  * - update (PUT) with optimistic concurrency: a `resourceVersion` other than the stored one is 409
  *   Conflict, as the API server answers; JSON patch (RFC 6902 add/replace/remove) of pods.
  *
@@ -1337,6 +1337,7 @@ export class FakeKube {
     this.delivers.set(podName, dEntry);
     deliver.stdout!.on('data', (b: Buffer) => {
       for (const sink of dEntry.sinks) sink(b);
+      if (this.list('pods').some((p) => p.metadata.name === podName)) this.appendLog(podName, 'collector', b);
     });
     deliver.stdin!.on('error', () => undefined);
     deliver.on('exit', () => this.delivers.delete(podName));

@@ -133,6 +133,22 @@ export class AttachedRuns {
     return await waiting;
   }
 
+  /**
+   * For adoption: whether the program of a Job whose program goes by attach was handed over. Its
+   * collector's log says so (deliver.py copies the runner's phase lines to its stdout, which is the
+   * container log), so a new process can tell without the attach of the one that died. Null for a
+   * Job whose program came in a Secret; false when its pod is not there (yet) or never said `execution`.
+   */
+  async handedOver(job: V1Job): Promise<boolean | null> {
+    const collector = job.spec?.template.spec?.containers.find((c) => c.name === CONTAINERS.collector);
+    if (!collector?.stdin) return null;
+    const uid = job.metadata?.uid;
+    const pod = this.d.controller.pods.list().find((p) => !!uid && p.metadata?.ownerReferences?.some((r) => r.uid === uid));
+    if (!pod?.metadata?.name) return false;
+    const log = await this.d.api.podLogTail(this.ns, pod.metadata.name, CONTAINERS.collector, 200);
+    return /^execution$/m.test(log);
+  }
+
   /** Starts driving a run whose program goes by attach. */
   private track(spec: RunSpec, options: RunOptions, key: string, jobName: string, startedAt: number, known: { jobSeen?: boolean; jobUid?: string; podUid?: string }): Promise<RawRun> {
     const { jobSeen, ...uids } = known;
