@@ -59,6 +59,10 @@ describe('SIGTERM drain over a real socket', () => {
       await new Promise((r) => setTimeout(r, 50));
     }
 
+    // A sync run in flight (it waits for the slot, then runs): answered in full during the drain.
+    const sync = request(port, 'POST', '/execute', { code: 'import time\ntime.sleep(1)\nprint("sync")' });
+    await new Promise((r) => setTimeout(r, 100));
+
     let drained = false;
     const drain = drainAndClose(svc, server, { graceMs: 30_000 }).then(() => (drained = true));
     await new Promise((r) => setTimeout(r, 200));
@@ -82,6 +86,9 @@ describe('SIGTERM drain over a real socket', () => {
     expect(read.body.status).toBe('running');
     expect(drained).toBe(false);
 
+    const syncAnswer = await sync;
+    expect(syncAnswer.status).toBe(200);
+    expect(syncAnswer.body).toMatchObject({ success: true, stdout: 'sync\n' });
     await drain;
     await expect(request(port, 'GET', '/livez')).rejects.toMatchObject({ code: 'ECONNREFUSED' });
     const db = await createDb({ url: database.url, workspace: database.workspace });
@@ -90,7 +97,9 @@ describe('SIGTERM drain over a real socket', () => {
       const byId = Object.fromEntries(rows.map((r) => [r.id, r]));
       expect(byId[running.body.job_id]).toMatchObject({ status: 'succeeded', stdout: 'done\n' });
       expect(byId[queued.body.job_id]).toMatchObject({ status: 'queued' });
-      expect(rows).toHaveLength(2); // nothing submitted during the drain was recorded
+      expect(rows).toHaveLength(2);
+      // Nothing submitted during the drain was recorded: the three jobs above and the sync run only.
+      expect((await db.kysely.selectFrom('executions').select('id').execute()).length).toBe(3);
     } finally {
       await db.destroy();
     }
