@@ -23,7 +23,7 @@ import type { NewRunEvent } from '../store/events.repository.ts';
 import { getExecution, insertExecution, settleRunning, updateExecutionIf } from '../store/executions.repository.ts';
 import { parseJson, stringifyJson } from '../util/json.ts';
 import { classify, type Classification } from './classify.ts';
-import { afterFault, type AfterFault } from './requeue.ts';
+import { afterFault, type AfterFault, type FaultFacts } from './requeue.ts';
 import { EVENTS_CHANNEL, RunEventWriter } from './events.ts';
 import { mergedRequirements, resolveJobType } from './requests.ts';
 import { isTerminal } from './status.ts';
@@ -207,18 +207,12 @@ export class Running {
 
   /** Requeue or settle after a run the machinery may have failed (`requeue.ts`). */
   private afterFault(row: ExecutionRow, outcome: Exclude<Outcome, { kind: 'gone' }>, started: boolean, signal: AbortSignal): AfterFault {
-    const userCodeStarted = started || (outcome.kind === 'ran' && outcome.raw.observation.phase !== 'startup');
-    const kind = signal.aborted
-      ? 'other'
-      : outcome.kind === 'internal'
-        ? outcome.type === 'service_unavailable'
-          ? 'rejected'
-          : outcome.unretryable
-            ? 'other'
-            : 'engine'
-        : isEngineFailure(outcome.raw)
-          ? 'engine'
-          : 'other';
+    // Started here, or (an adopted run) by the process that held it before.
+    const userCodeStarted = started || row.phase === 'execution' || (outcome.kind === 'ran' && outcome.raw.observation.phase !== 'startup');
+    let kind: FaultFacts['kind'] = 'other';
+    if (signal.aborted) kind = 'other';
+    else if (outcome.kind === 'internal') kind = outcome.type === 'service_unavailable' ? 'rejected' : outcome.unretryable ? 'other' : 'engine';
+    else if (isEngineFailure(outcome.raw)) kind = 'engine';
     return afterFault({
       mode: row.mode,
       kind,
