@@ -126,7 +126,7 @@ export async function createService(config: Config, o: ServiceOverrides = {}): P
     slots,
     clock,
     ...(o.heartbeatMs ? { heartbeatMs: o.heartbeatMs } : {}),
-    events: { onStarted: (r) => metrics.started(r), onFinished: (r) => metrics.finished(r) },
+    events: { onStarted: (r) => metrics.started(r), onFinished: (r) => metrics.finished(r), onRequeued: (_r, reason) => metrics.requeues.inc({ reason }) },
   });
   const waiter = new CompletionWaiter(db);
   const events = new EventFeed(db);

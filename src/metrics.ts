@@ -27,6 +27,8 @@ export class Metrics {
   readonly slotsBusy: Gauge;
   readonly breakerState: Gauge;
   readonly submissions: Counter<'mode' | 'outcome'>;
+  /** Jobs given back to the queue, by why (issue 22 item 4: a fault does not fail queued work). */
+  readonly requeues: Counter<'reason'>;
   readonly httpRequests: Counter<'method' | 'route' | 'status'>;
   readonly httpDuration: Histogram<'method' | 'route'>;
   readonly eventStreams: Gauge;
@@ -55,6 +57,12 @@ export class Metrics {
     this.slotsBusy = new Gauge({ name: 'sandpod_worker_slots_busy', help: 'Worker slots in use in this process', registers });
     this.breakerState = new Gauge({ name: 'sandpod_circuit_breaker_state', help: 'Circuit breaker: 0 closed, 1 half_open, 2 open', registers });
     this.submissions = new Counter({ name: 'sandpod_submissions_total', help: 'Accepted submissions', labelNames: ['mode', 'outcome'], registers });
+    this.requeues = new Counter({
+      name: 'sandpod_requeues_total',
+      help: 'Jobs given back to the queue: breaker_open, infra_failure (before user code started), shutdown, crash',
+      labelNames: ['reason'],
+      registers,
+    });
     // `route` is a route template (`/jobs/:id`) or UNMATCHED_ROUTE, never a raw path: see
     // api/middleware/http-metrics.ts. Buckets reach 300 s because sync runs and long-polls are long.
     this.httpRequests = new Counter({

@@ -36,7 +36,12 @@ export const DLQ_ERROR_TYPES = new Set(['internal_error', 'service_unavailable',
 export interface ExecutionEvents {
   onFinished?(row: ExecutionRow): void;
   onStarted?(row: ExecutionRow): void;
+  /** A held job went back to the queue. */
+  onRequeued?(row: ExecutionRow, reason: RequeueReason): void;
 }
+
+/** Why a held job went back to the queue (the `reason` label of `sandpod_requeues_total`). */
+export type RequeueReason = 'breaker_open' | 'infra_failure' | 'shutdown' | 'crash';
 
 /** Options of {@link Running}. */
 export interface RunningOptions {
@@ -158,15 +163,16 @@ export class Running {
       if (signal.aborted && signal.reason === 'shutdown' && row.mode === 'async') {
         events.status('queued', 'queued');
         await events.close();
-        return await this.requeue(row, 'service shut down during the run');
+        return await this.requeue(row, 'shutdown', 'service shut down during the run');
       }
       const decision = this.afterFault(row, outcome, progress.userCodeStarted, signal);
       if (decision.action === 'requeue') {
         events.status('queued', 'queued');
         await events.close();
         const runAfter = new Date(this.o.clock.now() + decision.delayMs);
-        const why = outcome.kind === 'internal' && outcome.type === 'service_unavailable' && outcome.attempts === 0 ? 'the circuit breaker is open' : 'the machinery failed before user code started';
-        return await this.whileUnavailable(signal, log, () => this.requeue(row, why, { runAfter, infraFailures: decision.infraFailures }));
+        const open = outcome.kind === 'internal' && outcome.type === 'service_unavailable' && outcome.attempts === 0;
+        const why = open ? 'the circuit breaker is open' : 'the machinery failed before user code started';
+        return await this.whileUnavailable(signal, log, () => this.requeue(row, open ? 'breaker_open' : 'infra_failure', why, { runAfter, infraFailures: decision.infraFailures }));
       }
       if (outcome.kind === 'ran') {
         if (outcome.raw.stdoutTruncated) events.markTruncated('stdout');
@@ -342,8 +348,9 @@ export class Running {
     return updated;
   }
 
-  private async requeue(row: ExecutionRow, why: string, g: GiveBack = {}): Promise<ExecutionRow> {
+  private async requeue(row: ExecutionRow, reason: RequeueReason, why: string, g: GiveBack = {}): Promise<ExecutionRow> {
     const u = await this.o.claims.giveBack(row, g);
+    if (u.status === 'queued') this.o.events?.onRequeued?.(u, reason);
     this.o.logger.info({ execution_id: row.id, why, ...(g.runAfter ? { run_after: g.runAfter.toISOString(), infra_failures: g.infraFailures } : {}) }, 'job returned to the queue');
     return u;
   }
@@ -353,7 +360,7 @@ export class Running {
    * go back to the queue; the others fail with `internal_error` and land in the DLQ.
    */
   private async settleGone(row: ExecutionRow, log: Logger): Promise<ExecutionRow> {
-    if (row.mode === 'async' && (row.phase === 'startup' || row.phase === null)) return this.requeue(row, 'its process died before user code started');
+    if (row.mode === 'async' && (row.phase === 'startup' || row.phase === null)) return this.requeue(row, 'crash', 'its process died before user code started');
     return this.finalize(
       row,
       { kind: 'internal', type: 'internal_error', message: 'the service stopped while this job was running (user code had started); it was not re-run', attempts: row.attempts },

@@ -61,6 +61,9 @@ describe('infrastructure faults and queued jobs', () => {
       expect(res, id).toMatchObject({ status: 'succeeded', stdout: `${i}\n` });
     }
     expect(svc.breaker.state).toBe('closed');
+    const metrics = await (await svc.get('/metrics')).text();
+    const requeues = (reason: string) => Number(new RegExp(`^sandpod_requeues_total\\{reason="${reason}"\\} (\\d+)$`, 'm').exec(metrics)?.[1] ?? 0);
+    expect(requeues('infra_failure')).toBeGreaterThan(0);
   }, 120_000);
 
   it('past the bound the job fails (before its code started); its key may be submitted again', async () => {
