@@ -9,7 +9,8 @@ export const MODULES = {
   resilience: { mutate: ['src/resilience/*.ts'], tests: ['test/unit/resilience/*.test.ts'] },
   decide: { mutate: ['src/runtime/kubernetes/decide.ts'], tests: ['test/unit/runtime/kubernetes/decide.test.ts', 'test/unit/runtime/kubernetes/decide-partial.test.ts'] },
   'request-context': { mutate: ['src/api/middleware/request-context.ts'], tests: ['test/unit/api/request-context.test.ts'] },
-  'egress-proxy': { mutate: ['src/egress/proxy.ts'], tests: ['test/unit/runtime/local/egress-proxy.test.ts', 'test/unit/egress/cluster-proxy.test.ts', 'test/unit/egress/proxy-edges.test.ts'] },
+  'egress-proxy': { mutate: ['src/egress/proxy.ts'], tests: ['test/unit/runtime/local/egress-proxy.test.ts', 'test/unit/egress/cluster-proxy.test.ts', 'test/unit/egress/proxy-edges.test.ts', 'test/unit/egress/host-bypass.test.ts', 'test/unit/egress/limits.test.ts'] },
+  'egress-target': { mutate: ['src/egress/target.ts', 'src/egress/admission.ts', 'src/egress/addresses.ts'], tests: ['test/unit/egress/target.test.ts', 'test/unit/egress/limits.test.ts', 'test/unit/egress/addresses.test.ts', 'test/unit/runtime/local/egress-proxy.test.ts'] },
   claims: {
     mutate: ['src/queue/claims.ts'],
     // The direct tests of claims.ts. store/shutdown-requeue and api/async exercise it through a whole
