@@ -48,6 +48,8 @@ export const EXECUTION_COLUMN_TYPES: Partial<Record<keyof ExecutionsTable, strin
   run_after: 'timestamptz',
   infra_failures: 'integer',
   failed_before_start: 'boolean',
+  artifacts_total: 'integer',
+  artifacts_truncated: 'boolean',
   created_at: 'timestamptz',
   started_at: 'timestamptz',
   ended_at: 'timestamptz',
