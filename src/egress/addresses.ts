@@ -22,12 +22,13 @@ const NON_PUBLIC = (() => {
   return b;
 })();
 
-/** True when `ip` is a public unicast address. IPv4-mapped IPv6 addresses are judged as IPv4. */
+/**
+ * True when `ip` is a public unicast address. IPv4-mapped IPv6 addresses (`::ffff:10.0.0.1`,
+ * `::ffff:a00:1`) are judged as IPv4: BlockList checks them against the IPv4 ranges.
+ */
 export function isPublicAddress(ip: string): boolean {
   const kind = net.isIP(ip);
   if (kind === 4) return !NON_PUBLIC.check(ip, 'ipv4');
   if (kind !== 6 || ip.includes('%')) return false;
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip);
-  if (mapped) return isPublicAddress(mapped[1]!);
   return !NON_PUBLIC.check(ip, 'ipv6');
 }

@@ -178,6 +178,10 @@ describe('Admission (the bookkeeping)', () => {
     ['admitted per run', [['admit', 'r'], ['admit', 'r'], ['admit', 'r'], ['admit', 's']], [true, true, 'run', true]],
     ['admitted in total', [['admit', 'r'], ['admit', 's'], ['admit', 't'], ['admit', 'u']], [true, true, true, 'total']],
     ['release frees a place; a stray release changes nothing', [['admit', 'r'], ['admit', 'r'], ['release', 'x'], ['release', 'r'], ['admit', 'r']], [true, true, true, true, true]],
+    ['a stray release frees no place in total', [['admit', 'r'], ['admit', 's'], ['admit', 't'], ['release', 'x'], ['admit', 'u']], [true, true, true, true, 'total']],
+    ['a stray close frees no pending place in total', [['open', 'a'], ['open', 'b'], ['open', 'c'], ['close', 'x'], ['open', 'd']], [true, true, true, true, false]],
+    ['closing one of two pending keeps the other counted', [['open', 'a'], ['open', 'a'], ['close', 'a'], ['open', 'a'], ['open', 'a']], [true, true, true, true, false]],
+    ['releasing one of two keeps the other counted', [['admit', 'r'], ['admit', 'r'], ['release', 'r'], ['admit', 'r'], ['admit', 'r']], [true, true, true, true, 'run']],
   ])('%s', (_name, steps, expected) => {
     const a = new Admission({ maxConnections: 3, maxConnectionsPerRun: 2, maxPending: 3, maxPendingPerSource: 2 });
     const got = steps.map(([op, key]) => {
@@ -185,9 +189,22 @@ describe('Admission (the bookkeeping)', () => {
       if (op === 'close') return (a.closePending(key), true);
       if (op === 'release') return (a.release(key), true);
       const r = a.admit(key);
-      return 'admitted' in r ? true : r.refused.includes('of this run') ? 'run' : 'total';
+      if ('admitted' in r) return (expect(r).toEqual({ admitted: true }), true);
+      return r.refused.includes('of this run') ? 'run' : 'total';
     });
     expect(got).toEqual(expected);
+  });
+
+  it('stats: saturated when either total is at its cap', () => {
+    const a = new Admission({ maxConnections: 1, maxConnectionsPerRun: 1, maxPending: 2, maxPendingPerSource: 2 });
+    expect(a.stats()).toEqual({ admitted: 0, pending: 0, maxConnections: 1, maxPending: 2, saturated: false });
+    a.openPending('a');
+    expect(a.stats()).toMatchObject({ pending: 1, saturated: false });
+    a.openPending('a');
+    expect(a.stats()).toMatchObject({ pending: 2, saturated: true });
+    a.closePending('a');
+    a.admit('r');
+    expect(a.stats()).toMatchObject({ admitted: 1, pending: 1, saturated: true });
   });
 
   it('refuses a limit below 1', () => {

@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EgressProxy, isPublicAddress, type EgressDecision } from '../../../src/egress/proxy.ts';
-import { parseAbsoluteTarget, parseConnectTarget, parseHost, parsePort } from '../../../src/egress/target.ts';
+import { hostHeader, parseAbsoluteTarget, parseConnectTarget, parseHost, parsePort } from '../../../src/egress/target.ts';
 import { hostMatches } from '../../../src/jobtypes/host-patterns.ts';
 
 describe('parseHost: the forms taken', () => {
@@ -68,6 +68,45 @@ describe('parseHost: the forms taken', () => {
     ['', 'nothing'],
     ['.', 'a lone dot'],
   ])('%j (%s) is malformed', (raw) => expect(parseHost(raw)).toHaveProperty('malformed'));
+});
+
+describe('the reasons given (the 400 a program sees)', () => {
+  it.each([
+    ['.', 'empty name'],
+    ['a..b', 'empty label'],
+    [`${'a'.repeat(64)}.com`, 'label longer than 63 characters'],
+    [`${'a.'.repeat(126)}aa`, 'name longer than 253 characters'],
+    ['-a.test', 'only letters, digits and inner hyphens are allowed in a label'],
+    ['a.1', 'not a canonical IPv4 address (four decimal parts, no leading zeros)'],
+    ['a b.test', 'only ASCII letters, digits, hyphens and dots are allowed'],
+    ['a\0.test', 'only ASCII letters, digits, hyphens and dots are allowed'],
+    ['[fe80::1%eth0]', 'not an IPv6 address in brackets (zones are not allowed)'],
+  ])('%j: %s', (raw, why) => expect(parseHost(raw)).toEqual({ malformed: `malformed host ${JSON.stringify(raw)}: ${why}` }));
+
+  it.each([
+    ['http://u@a.test/', 'credentials in a proxied URL are not supported'],
+    ['http://a.test/x\x01y', 'control characters in the URL path'],
+    ['http://a]b.test/', 'malformed host "a]b.test"'],
+    ['/p?u=http://a.test/', 'a proxied request needs an absolute http:// URL (use CONNECT for https)'],
+    ['ftp://a.test/', 'unsupported scheme ftp: (use CONNECT for https)'],
+  ])('%j: %s', (target, why) => expect(parseAbsoluteTarget(target)).toEqual({ malformed: why }));
+
+  it('a name whose last label only starts with a digit is a name', () => {
+    expect(parseHost('a.1st')).toEqual({ kind: 'name', host: 'a.1st' });
+    expect(parseHost('x.0xz')).toEqual({ kind: 'name', host: 'x.0xz' });
+  });
+
+  it('a fragment is dropped, also one right after the authority', () => {
+    expect(parseAbsoluteTarget('http://a.test#f')).toEqual({ host: { kind: 'name', host: 'a.test' }, port: 80, path: '/' });
+    expect(parseAbsoluteTarget('http://a.test/p#f')).toMatchObject({ path: '/p' });
+  });
+
+  it('the Host header sent upstream: brackets around IPv6, the port unless 80', () => {
+    expect(hostHeader({ host: { kind: 'ipv6', host: '2001:db8::1' }, port: 80 })).toBe('[2001:db8::1]');
+    expect(hostHeader({ host: { kind: 'ipv6', host: '2001:db8::1' }, port: 8080 })).toBe('[2001:db8::1]:8080');
+    expect(hostHeader({ host: { kind: 'name', host: 'a.test' }, port: 80 })).toBe('a.test');
+    expect(hostHeader({ host: { kind: 'ipv4', host: '203.0.113.7' }, port: 81 })).toBe('203.0.113.7:81');
+  });
 });
 
 describe('parsePort and the targets', () => {
