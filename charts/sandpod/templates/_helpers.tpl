@@ -174,7 +174,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
 {{- define "sandpod.egressProxy.secretName" -}}
-{{- printf "%s-egress-key" (include "sandpod.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- default (printf "%s-egress-key" (include "sandpod.fullname" .) | trunc 63 | trimSuffix "-") .Values.egressProxy.existingSecret }}
+{{- end }}
+
+{{- define "sandpod.egressProxy.secretKey" -}}
+{{- if .Values.egressProxy.existingSecret }}{{ .Values.egressProxy.existingSecretKey }}{{ else }}key{{ end }}
 {{- end }}
 
 {{- define "sandpod.egressProxy.selectorLabels" -}}

@@ -74,4 +74,19 @@ describeRendered('generated Secrets or your own (GitOps renders cannot look up)'
     const docs = renderOk(['--set', 'auth.existingSecret=my-tokens', '--set', 'database.existingSecret=my-db']);
     expect(secretNames(docs)).toEqual(['sandpod-egress-key']);
   });
+
+  it('egressProxy.existingSecret: no generated key; the API and the proxy pods mount the key named', () => {
+    const docs = renderOk(['--set', 'auth.existingSecret=my-tokens', '--set', 'database.existingSecret=my-db', '--set', 'egressProxy.existingSecret=my-egress', '--set', 'egressProxy.existingSecretKey=signing']);
+    expect(secretNames(docs)).toEqual([]);
+    const keyVolumes = docs
+      .filter((d) => d.kind === 'Deployment')
+      .map((d) => d.spec.template.spec.volumes.find((v: Manifest) => v.secret && v.secret.items?.some((i: Manifest) => i.path === 'key'))?.secret);
+    expect(keyVolumes).toHaveLength(2);
+    for (const s of keyVolumes) expect(s).toMatchObject({ secretName: 'my-egress', items: [{ key: 'signing', path: 'key' }] });
+    // By default both mount the generated Secret's `key`.
+    const generated = renderOk(['--set', 'auth.existingSecret=my-tokens', '--set', 'database.existingSecret=my-db'])
+      .filter((d) => d.kind === 'Deployment')
+      .map((d) => d.spec.template.spec.volumes.find((v: Manifest) => v.secret && v.secret.items?.some((i: Manifest) => i.path === 'key'))?.secret);
+    for (const s of generated) expect(s).toMatchObject({ secretName: 'sandpod-egress-key', items: [{ key: 'key', path: 'key' }] });
+  });
 });
