@@ -39,6 +39,8 @@ const IMAGE = process.env.SANDPOD_E2E_IMAGE ?? 'ghcr.io/sandpod/executor:0.1.0';
 const SERVICE_IMAGE = process.env.SANDPOD_E2E_SERVICE_IMAGE;
 const HOST_IP = process.env.SANDPOD_E2E_HOST_IP ?? '10.244.0.1';
 const NS = 'sandpod-e2e';
+/** Under real gVisor (`kcluster up --gvisor`) the run pods get the gVisor RuntimeClass, strictly. */
+const GVISOR = process.env.SANDPOD_E2E_GVISOR === '1';
 const RUNS_NS = 'sandpod-e2e-jobs';
 const KEY = randomUUID() + randomUUID();
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -53,12 +55,12 @@ async function runtimeFor(proxyUrl: string): Promise<Runtime> {
   const config = parseConfig(
     {
       runtime: 'kubernetes',
-      security_mode: 'permissive',
+      security_mode: GVISOR ? 'strict' : 'permissive',
       kubernetes: {
         namespace: NS,
         runs_namespace: RUNS_NS,
         instance: `e2e-egress-${randomUUID().slice(0, 8)}`,
-        runtime_class: 'no-such-runtime-class',
+        runtime_class: GVISOR ? 'gvisor-e2e' : 'no-such-runtime-class',
         executor_image: IMAGE,
         ttl_seconds_after_finished: 120,
         preflight: false,
@@ -142,6 +144,7 @@ describe.skipIf(!KUBECONFIG)('egress proxy e2e (needs SANDPOD_E2E_KUBECONFIG and
       manifestObjects([
         ...readdirSync(new URL('../../crds/', import.meta.url)).filter((f) => f.endsWith('.yaml')).map((f) => new URL(`../../crds/${f}`, import.meta.url)),
         new URL('./manifests/namespaces.yaml', import.meta.url),
+        new URL('./manifests/runtimeclass.yaml', import.meta.url),
       ]) as KubernetesObject[],
     );
     site = http.createServer((req, res) => res.end(`allowed site saw ${req.method} ${req.url}`));
