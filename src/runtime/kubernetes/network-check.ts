@@ -12,12 +12,10 @@
  * (pure, from the canary pod as the informer sees it and the time) and {@link NetworkCheck} (I/O).
  */
 import type { V1Job, V1Pod } from '@kubernetes/client-node';
-import type { Clock } from '../../clock.ts';
-import type { Logger } from '../../logger.ts';
 import { noNetworkDns, runtimeClassForRun, type BuildJobConfig } from './build-job.ts';
 import { IMAGE_ERRORS, START_ERRORS } from './decide.ts';
 import { LABELS } from './names.ts';
-import { buildCanaryJob, PREFLIGHT_LABEL } from './preflight.ts';
+import { buildCanaryJob, PREFLIGHT_LABEL, type PreflightDeps } from './preflight.ts';
 
 /** Value of {@link PREFLIGHT_LABEL} on the network canary's Job and pod. */
 export const NETWORK_CHECK_ROLE = 'network-check';
@@ -155,20 +153,11 @@ export function networkCheckVerdict(pod: V1Pod | undefined, elapsedMs: number, t
   return { status: 'running' };
 }
 
-/** What {@link NetworkCheck} uses of the cluster. */
-export interface NetworkCheckDeps {
-  createJob(job: V1Job): Promise<unknown>;
-  deleteJob(namespace: string, name: string): Promise<void>;
-  findPod(jobName: string): V1Pod | undefined;
+/** What {@link NetworkCheck} uses of the cluster: the preflight's, and the Service and RuntimeClass look-ups. */
+export interface NetworkCheckDeps extends PreflightDeps {
   /** The service's Service (`kubernetes.network_check_service`): ClusterIP and port, null if absent. */
   serviceAddress(): Promise<{ host: string; port: number } | null>;
   runtimeClassExists(name: string): Promise<boolean>;
-  clock: Clock;
-  log: Logger;
-  config: BuildJobConfig;
-  runtimeClassName: string | null;
-  timeoutMs?: number;
-  pollMs?: number;
   refusedRetrySec?: number;
 }
 
