@@ -63,8 +63,8 @@ export interface KubernetesRuntimeOptions {
     watchTimeoutSeconds?: number;
     /** How long the preflight canary may take before it is inconclusive, ms. */
     preflightTimeoutMs?: number;
-    /** How long the network canary retries a refused connection (the Service without an endpoint yet), s. */
-    networkCheckRefusedRetrySec?: number;
+    /** How long the network canary tries again while its connection fails (refused or timed out), s. */
+    networkCheckRetrySec?: number;
     /** Deadline of each API call, ms (default: `kubernetes.api_timeout_seconds`). */
     requestTimeoutMs?: number;
     /** How long health facts and the RuntimeClass lookup are cached, ms. */
@@ -239,7 +239,7 @@ class KubernetesRuntime implements Runtime {
       config: this.config,
       runtimeClassName,
       ...(t.preflightTimeoutMs !== undefined ? { timeoutMs: t.preflightTimeoutMs } : {}),
-      ...(t.networkCheckRefusedRetrySec !== undefined ? { refusedRetrySec: t.networkCheckRefusedRetrySec } : {}),
+      ...(t.networkCheckRetrySec !== undefined ? { retrySec: t.networkCheckRetrySec } : {}),
     });
     void this.networkCheck.run().then(() => {
       this.healthCache = null;

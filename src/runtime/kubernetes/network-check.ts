@@ -22,9 +22,12 @@ export const NETWORK_CHECK_ROLE = 'network-check';
 const CONTAINER = 'canary';
 
 /**
- * The canary: connect to argv[1]:argv[2]. A refused connection is retried for argv[3] seconds: a
- * Service without a ready endpoint (the service's own pods still starting) is refused by kube-proxy,
- * which says nothing about policy. The report goes to the termination message.
+ * The canary: connect to argv[1]:argv[2], trying again for argv[3] seconds while it fails, and report
+ * the first success or the last failure. Neither kind of failure says anything about policy early on:
+ * a Service without a ready endpoint (the service's own pods still starting) is refused by kube-proxy,
+ * and a Service created with the release may have no rules on the node yet, so its packets go nowhere
+ * and the connect times out, as under a policy that drops them (seen on a real cluster). Only a
+ * failure that lasts the whole window counts. The report goes to the termination message.
  */
 export const NETWORK_CHECK_SCRIPT = `
 import errno, json, socket, sys, time
@@ -42,7 +45,7 @@ while True:
     except OSError as e:
         code = e.errno or 0
         res = {'reached': False, 'refused': code == errno.ECONNREFUSED, 'error': (type(e).__name__ + ': ' + str(e))[:200]}
-        if code != errno.ECONNREFUSED or time.monotonic() >= deadline:
+        if time.monotonic() >= deadline:
             break
         time.sleep(2)
     finally:
@@ -63,8 +66,8 @@ export interface NetworkCheckJobOptions {
   /** The class a run would get (null: permissive without gVisor); the network-none class is derived from it. */
   runtimeClassName: string | null;
   target: { host: string; port: number };
-  /** How long refused connections are retried, s. */
-  refusedRetrySec: number;
+  /** How long failed connections (refused or timed out) are tried again, s. */
+  retrySec: number;
 }
 
 /** The canary Job: a `network: none` run pod's sandbox, network and labels, running the connect. */
@@ -87,7 +90,7 @@ export function buildNetworkCheckJob(config: BuildJobConfig, o: NetworkCheckJobO
           containers: [
             {
               ...container,
-              command: ['/usr/bin/env', '-i', 'PATH=/usr/local/bin:/usr/bin:/bin', 'HOME=/tmp', 'python3', '-I', '-c', NETWORK_CHECK_SCRIPT, o.target.host, String(o.target.port), String(o.refusedRetrySec)],
+              command: ['/usr/bin/env', '-i', 'PATH=/usr/local/bin:/usr/bin:/bin', 'HOME=/tmp', 'python3', '-I', '-c', NETWORK_CHECK_SCRIPT, o.target.host, String(o.target.port), String(o.retrySec)],
             },
           ],
         },
@@ -158,7 +161,7 @@ export interface NetworkCheckDeps extends PreflightDeps {
   /** The service's Service (`kubernetes.network_check_service`): ClusterIP and port, null if absent. */
   serviceAddress(): Promise<{ host: string; port: number } | null>;
   runtimeClassExists(name: string): Promise<boolean>;
-  refusedRetrySec?: number;
+  retrySec?: number;
 }
 
 /** One network check per runtime start; {@link result} is what `/health` reports. */
@@ -198,7 +201,7 @@ export class NetworkCheck {
     const timeoutMs = d.timeoutMs ?? 240_000;
     const t0 = d.clock.now();
     try {
-      await d.createJob(buildNetworkCheckJob(d.config, { name, runtimeClassName: d.runtimeClassName, target, refusedRetrySec: d.refusedRetrySec ?? 90 }));
+      await d.createJob(buildNetworkCheckJob(d.config, { name, runtimeClassName: d.runtimeClassName, target, retrySec: d.retrySec ?? 90 }));
     } catch (err) {
       return this.settle({ status: 'inconclusive', reason: `the network canary Job could not be created: ${why(err)}` });
     }

@@ -4,7 +4,7 @@
  * informer sees it and the time. The script is run here for real: with a network it reaches a
  * listener; in a network namespace of its own, and under runsc `--network=none`, it does not.
  */
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import net from 'node:net';
 import os from 'node:os';
 import type { V1Pod } from '@kubernetes/client-node';
@@ -20,7 +20,7 @@ const terminated = (message: string | undefined, exitCode = 0, reason = 'Complet
 
 describe('buildNetworkCheckJob', () => {
   const config = testConfig({ kubernetes: { executor_image: 'reg/exec:1', instance: 'blue', runs_namespace: 'runs', runtime_class_network_none: 'gvisor-nonet' } });
-  const job = buildNetworkCheckJob(config, { name: 'sp-netcheck-x', runtimeClassName: 'gvisor', target: { host: '10.96.0.12', port: 8000 }, refusedRetrySec: 90 });
+  const job = buildNetworkCheckJob(config, { name: 'sp-netcheck-x', runtimeClassName: 'gvisor', target: { host: '10.96.0.12', port: 8000 }, retrySec: 90 });
   const spec = job.spec!.template.spec!;
 
   it('is a valid batch/v1 Job with only fields Kubernetes 1.20 knows', () => {
@@ -42,8 +42,8 @@ describe('buildNetworkCheckJob', () => {
 
   it('without a network-none class it runs under the run class, and under none in permissive mode without gVisor', () => {
     const plain = testConfig({ kubernetes: { executor_image: 'reg/exec:1' } });
-    expect(buildNetworkCheckJob(plain, { name: 'n', runtimeClassName: 'gvisor', target: { host: '10.0.0.1', port: 80 }, refusedRetrySec: 1 }).spec!.template.spec!.runtimeClassName).toBe('gvisor');
-    expect(buildNetworkCheckJob(config, { name: 'n', runtimeClassName: null, target: { host: '10.0.0.1', port: 80 }, refusedRetrySec: 1 }).spec!.template.spec!.runtimeClassName).toBeUndefined();
+    expect(buildNetworkCheckJob(plain, { name: 'n', runtimeClassName: 'gvisor', target: { host: '10.0.0.1', port: 80 }, retrySec: 1 }).spec!.template.spec!.runtimeClassName).toBe('gvisor');
+    expect(buildNetworkCheckJob(config, { name: 'n', runtimeClassName: null, target: { host: '10.0.0.1', port: 80 }, retrySec: 1 }).spec!.template.spec!.runtimeClassName).toBeUndefined();
   });
 });
 
@@ -108,6 +108,43 @@ describe.skipIf(!hostAddress)('the canary script, run for real', () => {
     expect(Date.now() - t0).toBeGreaterThanOrEqual(2_000);
     expect(networkCheckVerdict(terminated(r.stdout), 0, 1).status).toBe('inconclusive');
   });
+
+  it('a connect that times out is tried again until the window ends (a Service whose rules are not on the node yet): reached later, not isolated', async () => {
+    // A listener whose accept queue is full drops new SYNs, so a connect times out (no errno), as
+    // it does towards a ClusterIP kube-proxy has not written rules for yet; after 6 s (longer than one
+    // 5 s attempt) it drains its queue and accepts.
+    const listener = spawn('/usr/bin/python3', ['-I', '-c', [
+      'import socket, sys, time',
+      "l = socket.socket(); l.bind(('127.0.0.1', 0)); l.listen(0)",
+      'fill = []',
+      'for _ in range(3):',
+      '    c = socket.socket(); c.setblocking(False)',
+      "    try: c.connect(l.getsockname())",
+      '    except BlockingIOError: pass',
+      '    fill.append(c)',
+      'print(l.getsockname()[1], flush=True)',
+      'time.sleep(6)',
+      'l.settimeout(30)',
+      'while True: l.accept()[0].close()',
+    ].join('\n')], { stdio: ['ignore', 'pipe', 'inherit'] });
+    try {
+      const listenPort = Number(await new Promise<string>((r) => listener.stdout!.once('data', (d: Buffer) => r(d.toString()))));
+      const t0 = Date.now();
+      const r = await new Promise<{ stdout: string }>((resolve) => {
+        const c = spawn('/usr/bin/python3', ['-I', '-c', NETWORK_CHECK_SCRIPT, '127.0.0.1', String(listenPort), '20']);
+        let stdout = '';
+        c.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+        c.on('close', () => resolve({ stdout }));
+      });
+      const doc = JSON.parse(r.stdout) as { result: { reached: boolean; attempts: number } };
+      expect(doc.result.reached, r.stdout).toBe(true);
+      expect(doc.result.attempts).toBeGreaterThanOrEqual(2);
+      expect(Date.now() - t0).toBeGreaterThanOrEqual(5_000);
+      expect(networkCheckVerdict(terminated(r.stdout), 0, 1).status).toBe('not_isolated');
+    } finally {
+      listener.kill('SIGKILL');
+    }
+  }, 60_000);
 
   it.skipIf(!isRoot)('in a network namespace of its own (what a pod without a network gets) it cannot: isolated', () => {
     const r = run(['unshare', '-n'], hostAddress!, port);
