@@ -15,7 +15,7 @@ import type { V1Job, V1Pod } from '@kubernetes/client-node';
 import { noNetworkDns, runtimeClassForRun, type BuildJobConfig } from './build-job.ts';
 import { IMAGE_ERRORS, START_ERRORS } from './decide.ts';
 import { LABELS } from './names.ts';
-import { buildCanaryJob, PREFLIGHT_LABEL, type PreflightDeps } from './preflight.ts';
+import { buildCanaryJob, PREFLIGHT_LABEL, runCanaryJob, type PreflightDeps } from './preflight.ts';
 
 /** Value of {@link PREFLIGHT_LABEL} on the network canary's Job and pod. */
 export const NETWORK_CHECK_ROLE = 'network-check';
@@ -199,20 +199,12 @@ export class NetworkCheck {
     if (!target) return this.settle({ status: 'inconclusive', reason: `Service ${k.network_check_service} not found in ${k.namespace} (or it has no ClusterIP)` });
     const name = `sp-netcheck-${d.clock.now().toString(36)}-${Math.random().toString(36).slice(2, 7)}`;
     const timeoutMs = d.timeoutMs ?? 240_000;
-    const t0 = d.clock.now();
+    const job = buildNetworkCheckJob(d.config, { name, runtimeClassName: d.runtimeClassName, target, retrySec: d.retrySec ?? 90 });
     try {
-      await d.createJob(buildNetworkCheckJob(d.config, { name, runtimeClassName: d.runtimeClassName, target, retrySec: d.retrySec ?? 90 }));
+      return this.settle(await runCanaryJob(d, job, (pod, elapsedMs) => networkCheckVerdict(pod, elapsedMs, timeoutMs), () => this.stopped));
     } catch (err) {
       return this.settle({ status: 'inconclusive', reason: `the network canary Job could not be created: ${why(err)}` });
     }
-    let verdict: NetworkCheckResult = { status: 'running' };
-    while (!this.stopped) {
-      verdict = networkCheckVerdict(d.findPod(name), d.clock.now() - t0, timeoutMs);
-      if (verdict.status !== 'running') break;
-      await new Promise((r) => setTimeout(r, d.pollMs ?? 250));
-    }
-    await d.deleteJob(k.runs_namespace, name).catch((err: unknown) => d.log.warn({ err: String(err), job: name }, 'could not delete the network check Job'));
-    return this.settle(verdict);
   }
 
   private settle(r: NetworkCheckResult): NetworkCheckResult {

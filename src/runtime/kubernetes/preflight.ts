@@ -187,6 +187,31 @@ export interface PreflightDeps {
   pollMs?: number;
 }
 
+/**
+ * Runs one canary Job to a verdict: creates it, asks `verdict` about its pod (as the informer cache
+ * has it) every `pollMs` until the answer is no longer `running` or `stopped()`, then deletes the Job.
+ * The preflight and the network check (network-check.ts) both run their canaries this way. Rejects
+ * only when the Job cannot be created.
+ */
+export async function runCanaryJob<R extends { status: string }>(
+  d: PreflightDeps,
+  job: V1Job,
+  verdict: (pod: V1Pod | undefined, elapsedMs: number) => R,
+  stopped: () => boolean,
+): Promise<R> {
+  const name = job.metadata!.name!;
+  const t0 = d.clock.now();
+  await d.createJob(job);
+  let v = { status: 'running' } as R;
+  while (!stopped()) {
+    v = verdict(d.findPod(name), d.clock.now() - t0);
+    if (v.status !== 'running') break;
+    await new Promise((r) => setTimeout(r, d.pollMs ?? 250));
+  }
+  await d.deleteJob(d.config.kubernetes.runs_namespace, name).catch((err: unknown) => d.log.warn({ err: String(err), job: name }, 'could not delete a canary Job'));
+  return v;
+}
+
 /** One preflight per runtime start; {@link result} is what `/health` reports. */
 export class Preflight {
   private current: PreflightResult = { status: 'running' };
@@ -206,22 +231,13 @@ export class Preflight {
   async run(): Promise<PreflightResult> {
     const { d } = this;
     const name = `sp-preflight-${d.clock.now().toString(36)}-${Math.random().toString(36).slice(2, 7)}`;
-    const ns = d.config.kubernetes.runs_namespace;
     const timeoutMs = d.timeoutMs ?? 180_000;
-    const t0 = d.clock.now();
+    const job = buildCanaryJob(d.config, { name, runtimeClassName: d.runtimeClassName });
     try {
-      await d.createJob(buildCanaryJob(d.config, { name, runtimeClassName: d.runtimeClassName }));
+      return this.settle(await runCanaryJob(d, job, (pod, elapsedMs) => preflightVerdict(pod, elapsedMs, timeoutMs), () => this.stopped));
     } catch (err) {
       return this.settle({ status: 'inconclusive', reason: `the canary Job could not be created: ${String(err instanceof Error ? err.message : err)}` });
     }
-    let verdict: PreflightResult = { status: 'running' };
-    while (!this.stopped) {
-      verdict = preflightVerdict(d.findPod(name), d.clock.now() - t0, timeoutMs);
-      if (verdict.status !== 'running') break;
-      await new Promise((r) => setTimeout(r, d.pollMs ?? 250));
-    }
-    await d.deleteJob(ns, name).catch((err: unknown) => d.log.warn({ err: String(err), job: name }, 'could not delete the preflight Job'));
-    return this.settle(verdict);
   }
 
   private settle(r: PreflightResult): PreflightResult {
