@@ -2,12 +2,13 @@
  * Real service processes on one PostgreSQL: kill -9 and restart, graceful SIGTERM, two processes
  * sharing one queue without running a job twice. PostgreSQL only: PGlite is one process's database.
  */
-import { closeSync, mkdirSync, openSync, writeFileSync } from 'node:fs';
+import { closeSync, openSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { freshDatabase, testDbKind, type TestDatabase } from '../../support/db.ts';
-import { startServiceProcess, type ServiceProcess } from '../../support/process.ts';
+import { describe, expect, it, vi } from 'vitest';
+import { freshDatabase, testDbKind } from '../../support/db.ts';
+import { startServiceProcess } from '../../support/process.ts';
+import { useServiceProcesses } from '../../support/service-processes.ts';
 
 type J = Record<string, any>;
 const kind = await testDbKind();
@@ -18,11 +19,6 @@ async function post(base: string, p: string, body: unknown): Promise<J> {
 }
 async function get(base: string, p: string): Promise<J> {
   return (await (await fetch(base + p)).json()) as J;
-}
-function subWorkspace(base: string, name: string): string {
-  const dir = path.join(base, name);
-  mkdirSync(dir, { recursive: true, mode: 0o755 });
-  return dir;
 }
 async function until<T>(fn: () => Promise<T>, ok: (v: T) => boolean, ms = 60_000): Promise<T> {
   const end = Date.now() + ms;
@@ -35,20 +31,10 @@ async function until<T>(fn: () => Promise<T>, ok: (v: T) => boolean, ms = 60_000
 }
 
 describe.skipIf(kind !== 'postgres')('service processes on one PostgreSQL', () => {
-  let db: TestDatabase;
-  const procs: ServiceProcess[] = [];
-  beforeAll(async () => {
-    db = await freshDatabase();
-  });
-  afterAll(async () => {
-    for (const p of procs) p.kill('SIGKILL');
-    await Promise.all(procs.map((p) => p.exited));
-    await db?.drop();
-  });
+  const services = useServiceProcesses();
 
   it('kill -9 mid-run, restart: queued jobs run, the running one is settled (failed, DLQ)', async () => {
-    const a = await startServiceProcess({ databaseUrl: db.url!, workspace: db.workspace, name: 'a', config: { max_workers: 1 } });
-    procs.push(a);
+    const a = await services.start('a', { max_workers: 1 });
     const long = await post(a.url, '/execute/async', { code: 'import time\nprint("in", flush=True)\ntime.sleep(60)', timeout: 90 });
     const queued = [await post(a.url, '/execute/async', { code: 'print("q1")' }), await post(a.url, '/execute/async', { code: 'print("q2")' })];
     await until(() => get(a.url, `/jobs/${long.job_id}`), (s) => s.status === 'running');
@@ -57,8 +43,7 @@ describe.skipIf(kind !== 'postgres')('service processes on one PostgreSQL', () =
     a.kill('SIGKILL');
     await a.exited;
 
-    const b = await startServiceProcess({ databaseUrl: db.url!, workspace: db.workspace, name: 'b', config: { max_workers: 1 } });
-    procs.push(b);
+    const b = await services.start('b', { max_workers: 1 });
     for (const q of queued) {
       const r = await get(b.url, `/jobs/${q.job_id}/result?wait=true&timeout=60`);
       expect(r.status).toBe('succeeded');
@@ -72,15 +57,13 @@ describe.skipIf(kind !== 'postgres')('service processes on one PostgreSQL', () =
   });
 
   it('SIGTERM lets the running job finish and leaves queued work queued; the next process runs it', async () => {
-    const a = await startServiceProcess({ databaseUrl: db.url!, workspace: db.workspace, name: 'c', config: { max_workers: 1, shutdown_grace_seconds: 20 } });
-    procs.push(a);
+    const a = await services.start('c', { max_workers: 1, shutdown_grace_seconds: 20 });
     const running = await post(a.url, '/execute/async', { code: 'import time\ntime.sleep(2)\nprint("finished")' });
     await until(() => get(a.url, `/jobs/${running.job_id}`), (s) => s.status === 'running');
     const waiting = await post(a.url, '/execute/async', { code: 'print("later")' });
     a.kill('SIGTERM');
     expect(await a.exited).toBe(0);
-    const b = await startServiceProcess({ databaseUrl: db.url!, workspace: db.workspace, name: 'd', config: { max_workers: 1 } });
-    procs.push(b);
+    const b = await services.start('d', { max_workers: 1 });
     const r1 = await get(b.url, `/jobs/${running.job_id}/result`);
     expect(r1).toMatchObject({ status: 'succeeded', stdout: 'finished\n' });
     const r2 = await get(b.url, `/jobs/${waiting.job_id}/result?wait=true&timeout=60`);
@@ -93,10 +76,9 @@ describe.skipIf(kind !== 'postgres')('service processes on one PostgreSQL', () =
     const cfg = { max_workers: 2, max_queue_size: 1000 };
     // One workspace per process (a workspace belongs to one live process; the database is shared).
     const [a, b] = await Promise.all([
-      startServiceProcess({ databaseUrl: db.url!, workspace: subWorkspace(db.workspace, 'e'), name: 'e', config: cfg }),
-      startServiceProcess({ databaseUrl: db.url!, workspace: subWorkspace(db.workspace, 'f'), name: 'f', config: cfg }),
+      services.start('e', cfg, { ownWorkspace: true }),
+      services.start('f', cfg, { ownWorkspace: true }),
     ]);
-    procs.push(a, b);
     const ids: string[] = [];
     for (let i = 0; i < 30; i++) ids.push((await post(i % 2 ? a.url : b.url, '/execute/async', { code: `print(${i})` })).job_id);
     for (const id of ids) expect((await get(a.url, `/jobs/${id}/result?wait=true&timeout=60`)).status).toBe('succeeded');
@@ -109,7 +91,7 @@ describe.skipIf(kind !== 'postgres')('service processes on one PostgreSQL', () =
     await vi.waitFor(async () => expect((await count(a.url)) + (await count(b.url))).toBe(30), { timeout: 10_000, interval: 100 });
     const full = await Promise.all(ids.map((id) => get(a.url, `/executions/${id}?view=full`)));
     expect(full.every((r) => r.status === 'succeeded')).toBe(true);
-    const client = new pg.Client({ connectionString: db.url! });
+    const client = new pg.Client({ connectionString: services.db().url! });
     await client.connect();
     const r = await client.query<{ attempts: number }>('SELECT attempts FROM executions WHERE id = ANY($1)', [ids]);
     await client.end();

@@ -9,44 +9,33 @@
  * PostgreSQL only: two processes share the database.
  */
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freshDatabase, testDbKind, type TestDatabase } from '../../support/db.ts';
+import { describe, expect, it } from 'vitest';
+import { testDbKind } from '../../support/db.ts';
 import { httpClient, settledBatch, submitBatch, untilSucceeded, wrongSuccess } from '../../support/job-batch.ts';
-import { startServiceProcess, type ServiceProcess } from '../../support/process.ts';
+import { useServiceProcesses } from '../../support/service-processes.ts';
 
 const kind = await testDbKind();
 
 describe.skipIf(kind !== 'postgres')('50 queued jobs across a kill -9', () => {
-  let db: TestDatabase;
-  const procs: ServiceProcess[] = [];
+  const services = useServiceProcesses();
   let base = '';
   const client = httpClient(() => base);
-  beforeAll(async () => {
-    db = await freshDatabase();
-  });
-  afterAll(async () => {
-    for (const p of procs) p.kill('SIGKILL');
-    await Promise.all(procs.map((p) => p.exited));
-    await db?.drop();
-  });
 
   it('each job ends once: succeeded with its output, or (code running at the kill) failed without a second run', async () => {
     const cfg = { max_workers: 3, max_queue_size: 1000 };
-    const a = await startServiceProcess({ databaseUrl: db.url!, workspace: db.workspace, name: 'a', config: cfg });
-    procs.push(a);
+    const a = await services.start('a', cfg);
     base = a.url;
     const ids = await submitBatch(client, 50, 0.5);
     await untilSucceeded(client, ids, 10);
     a.kill('SIGKILL');
     await a.exited;
 
-    const c = new pg.Client({ connectionString: db.url! });
+    const c = new pg.Client({ connectionString: services.db().url! });
     await c.connect();
     try {
       const held = await c.query<{ id: string; phase: string | null }>(`SELECT id, phase FROM executions WHERE status = 'running'`);
       expect(held.rows.length).toBeLessThanOrEqual(cfg.max_workers);
-      const b = await startServiceProcess({ databaseUrl: db.url!, workspace: db.workspace, name: 'b', config: cfg });
-      procs.push(b);
+      const b = await services.start('b', cfg);
       base = b.url;
       const rows = await settledBatch(client, ids);
       const inFlight = new Set(held.rows.map((r) => r.id));

@@ -6,40 +6,22 @@
  * succeeds with its own output and was claimed exactly once (nothing requeued, nothing run twice).
  * PostgreSQL only: two processes share the database.
  */
-import { mkdirSync } from 'node:fs';
-import path from 'node:path';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freshDatabase, testDbKind, type TestDatabase } from '../../support/db.ts';
+import { describe, expect, it } from 'vitest';
+import { testDbKind } from '../../support/db.ts';
 import { httpClient, settledBatch, submitBatch, untilSucceeded, wrongSuccess } from '../../support/job-batch.ts';
-import { startServiceProcess, type ServiceProcess } from '../../support/process.ts';
+import { useServiceProcesses } from '../../support/service-processes.ts';
 
 const kind = await testDbKind();
 
 describe.skipIf(kind !== 'postgres')('50 queued jobs across a SIGTERM', () => {
-  let db: TestDatabase;
-  const procs: ServiceProcess[] = [];
+  const services = useServiceProcesses();
   let base = '';
   const client = httpClient(() => base);
-  beforeAll(async () => {
-    db = await freshDatabase();
-  });
-  afterAll(async () => {
-    for (const p of procs) p.kill('SIGKILL');
-    await Promise.all(procs.map((p) => p.exited));
-    await db?.drop();
-  });
-
-  const workspace = (name: string) => {
-    const dir = path.join(db.workspace, name);
-    mkdirSync(dir, { recursive: true, mode: 0o755 });
-    return dir;
-  };
 
   it('the drain answers 503, in-flight jobs finish, the next process runs the rest; each job once', async () => {
     const cfg = { max_workers: 3, max_queue_size: 1000, shutdown_grace_seconds: 30 };
-    const a = await startServiceProcess({ databaseUrl: db.url!, workspace: workspace('a'), name: 'a', config: cfg });
-    procs.push(a);
+    const a = await services.start('a', cfg, { ownWorkspace: true });
     base = a.url;
     // A long job keeps the drain open long enough to look at it.
     const long = (await client.post('/execute/async', { code: 'import time\ntime.sleep(15)\nprint("long")', timeout: 60 })).body.job_id as string;
@@ -62,15 +44,14 @@ describe.skipIf(kind !== 'postgres')('50 queued jobs across a SIGTERM', () => {
     expect(await health.json()).toMatchObject({ status: 'draining' });
     expect(await a.exited).toBe(0);
 
-    const b = await startServiceProcess({ databaseUrl: db.url!, workspace: workspace('b'), name: 'b', config: cfg });
-    procs.push(b);
+    const b = await services.start('b', cfg, { ownWorkspace: true });
     base = b.url;
     const rows = await settledBatch(client, ids);
     const wrong = rows.map((r, i) => (i < 50 ? wrongSuccess(i, r) : r.status === 'succeeded' && r.stdout === '1\n' ? null : `late job ${r.execution_id}: ${r.status}`)).filter(Boolean);
     expect(wrong).toEqual([]);
     expect((await client.get(`/jobs/${long}/result`)).body).toMatchObject({ status: 'succeeded', stdout: 'long\n' });
     // Claimed once each: A finished what it held, B ran what was queued.
-    const c = new pg.Client({ connectionString: db.url! });
+    const c = new pg.Client({ connectionString: services.db().url! });
     await c.connect();
     try {
       const r = await c.query<{ id: string; attempts: number }>('SELECT id, attempts FROM executions WHERE id = ANY($1::text[]) AND attempts <> 1', [[...ids, long]]);
