@@ -2,25 +2,20 @@
  * 50 async jobs queued while the workspace disk is full (issue 22 item 4 and "What must hold"): the
  * runs cannot be prepared (ENOSPC), the breaker opens, and the jobs wait in the queue instead of
  * failing; 10 s later space is freed and every job runs once and succeeds with its own output.
- * The set-up is workspace-full.test.ts's: a small tmpfs workspace with the runs directory on it
+ * The set-up is workspace-full.test.ts's (test/support/small-workspace.ts): a small tmpfs workspace with the runs directory on it
  * (root and PostgreSQL needed: PGlite would live on the full disk).
  */
-import { execFileSync, spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { spawnSync } from 'node:child_process';
+import { rmSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Runtime } from '../../../src/runtime/runtime.ts';
-import { freshDatabase, testDbKind, type TestDatabase } from '../../support/db.ts';
+import { freshDatabase, type TestDatabase } from '../../support/db.ts';
 import { appClient, countingStarts, settledBatch, statuses, submitBatch, wrongSuccess, type BatchClient } from '../../support/job-batch.ts';
 import { startTestService, type TestService } from '../../support/service.ts';
+import { mountSmallWorkspace, runsOnWorkspace, smallWorkspaceUnavailable, unmountSmallWorkspace } from '../../support/small-workspace.ts';
 
-async function canMount(): Promise<string | null> {
-  if (process.getuid?.() !== 0) return 'mounting a tmpfs needs root';
-  if ((await testDbKind()) !== 'postgres') return 'needs PostgreSQL (PGlite lives in the workspace)';
-  return null;
-}
-const why = await canMount();
+const why = await smallWorkspaceUnavailable();
 if (why) console.warn(`skipping the 50-job full-disk test: ${why}`);
 
 describe.skipIf(why !== null)('50 queued jobs, workspace disk full for 10 s', () => {
@@ -33,8 +28,7 @@ describe.skipIf(why !== null)('50 queued jobs, workspace disk full for 10 s', ()
 
   beforeAll(async () => {
     db = await freshDatabase();
-    ws = mkdtempSync(path.join(tmpdir(), 'sandpod-full50-'));
-    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=48m,mode=755', 'sandpod-full50-ws', ws]);
+    ws = mountSmallWorkspace('full50');
     svc = await startTestService(
       // No warm sandboxes: one made before the fill could start a job's code, whose own write then
       // fails (the program's failure by design, workspace-full.test.ts) — not what this test is about.
@@ -49,20 +43,12 @@ describe.skipIf(why !== null)('50 queued jobs, workspace disk full for 10 s', ()
       { ...db, workspace: ws },
     );
     client = appClient(svc);
-    const sandboxDir = path.join(ws, 'sandbox');
-    runsDir = path.join(sandboxDir, readdirSync(sandboxDir).find((d) => readdirSync(path.join(sandboxDir, d)).includes('runs'))!, 'runs');
-    const onWs = path.join(ws, 'runs-on-workspace');
-    mkdirSync(onWs, { mode: 0o755 });
-    execFileSync('mount', ['--bind', onWs, runsDir]);
+    runsDir = runsOnWorkspace(ws);
   }, 120_000);
 
   afterAll(async () => {
     await svc?.close().catch(() => {});
-    if (runsDir) spawnSync('umount', ['-l', runsDir]);
-    if (ws) {
-      spawnSync('umount', ['-l', ws]);
-      rmSync(ws, { recursive: true, force: true });
-    }
+    unmountSmallWorkspace(ws, runsDir);
     await db?.drop();
   });
 

@@ -1,8 +1,6 @@
 /**
- * Fault: the workspace out of space (issue #9 §6). `SVC_WORKSPACE` is a small tmpfs. As root with
- * cgroups the runs themselves live on a tmpfs of their own (charged to each run's memory), so a full
- * workspace cannot touch them; to have the runs directory on the full filesystem, as on a host
- * without cgroups, the test bind-mounts a directory of the workspace over it.
+ * Fault: the workspace out of space (issue #9 §6). `SVC_WORKSPACE` is a small tmpfs with the runs
+ * directory on it too, as on a host without cgroups (test/support/small-workspace.ts says why).
  *
  * Decided: a sync run the service cannot prepare or collect because the disk is full fails with
  * `internal_error` (message names ENOSPC), is retried once, counts against the breaker and lands in
@@ -11,23 +9,18 @@
  * its exception says (`os_error`; `runtime_error` when even the runner's report no longer fits). The service keeps answering, and runs work again once space is
  * freed (after the breaker's recovery, if it opened).
  */
-import { execFileSync, spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, rmSync, statfsSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { spawnSync } from 'node:child_process';
+import { readdirSync, rmSync, statfsSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freshDatabase, testDbKind, type TestDatabase } from '../../support/db.ts';
+import { freshDatabase, type TestDatabase } from '../../support/db.ts';
 import { startTestService, type TestService } from '../../support/service.ts';
+import { mountSmallWorkspace, runsOnWorkspace, smallWorkspaceUnavailable, unmountSmallWorkspace } from '../../support/small-workspace.ts';
 
 type J = Record<string, any>;
 
-async function canMount(): Promise<string | null> {
-  if (process.getuid?.() !== 0) return 'mounting a tmpfs needs root';
-  // PGlite keeps its data under the workspace: filling the workspace would be a database fault too.
-  if ((await testDbKind()) !== 'postgres') return 'needs PostgreSQL (PGlite lives in the workspace)';
-  return null;
-}
-const why = await canMount();
+// PGlite keeps its data under the workspace: filling the workspace would be a database fault too.
+const why = await smallWorkspaceUnavailable();
 if (why) console.warn(`skipping the full-workspace fault test: ${why}`);
 
 describe.skipIf(why !== null)('workspace out of space', () => {
@@ -60,27 +53,18 @@ describe.skipIf(why !== null)('workspace out of space', () => {
 
   beforeAll(async () => {
     db = await freshDatabase();
-    ws = mkdtempSync(path.join(tmpdir(), 'sandpod-full-'));
-    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=48m,mode=755', 'sandpod-full-ws', ws]);
+    ws = mountSmallWorkspace('full');
     svc = await startTestService(
       { max_workers: 2, breaker: { failure_threshold: 5, recovery_timeout_ms: 1000, success_threshold: 2 } },
       {},
       { ...db, workspace: ws },
     );
-    const sandboxDir = path.join(ws, 'sandbox');
-    runsDir = path.join(sandboxDir, readdirSync(sandboxDir).find((d) => readdirSync(path.join(sandboxDir, d)).includes('runs'))!, 'runs');
-    const onWs = path.join(ws, 'runs-on-workspace');
-    mkdirSync(onWs, { mode: 0o755 });
-    execFileSync('mount', ['--bind', onWs, runsDir]);
+    runsDir = runsOnWorkspace(ws);
   }, 120_000);
 
   afterAll(async () => {
     await svc?.close().catch(() => {});
-    if (runsDir) spawnSync('umount', ['-l', runsDir]);
-    if (ws) {
-      spawnSync('umount', ['-l', ws]);
-      rmSync(ws, { recursive: true, force: true });
-    }
+    unmountSmallWorkspace(ws, runsDir);
     await db?.drop();
     console.info(`workspace faults: ${faults} injected, ${unexpected5xx.length} unexpected 5xx`);
   });
