@@ -4,7 +4,7 @@
  * in a registry the service and the node both reach, e.g. with kcluster:
  *
  *   kcluster registry up
- *   kcluster image python sandpod.local/executor:dev --runner src/sandbox/runner.py
+ *   kcluster image python sandpod.local/executor:dev --runner /tmp/runner.py   (after: node --import tsx src/sandbox/write-runner.ts /tmp/runner.py)
  *   skopeo copy --dest-tls-verify=false docker-archive:$KCLUSTER_HOME/images/archives/sandpod.local_executor_dev.tar \
  *     docker://127.0.0.1:5000/sandpod/executor:dev
  *   SANDPOD_E2E_KUBECONFIG=$KUBECONFIG SANDPOD_E2E_BUILD_BASE=127.0.0.1:5000/sandpod/executor:dev npx vitest run test/e2e/build.test.ts

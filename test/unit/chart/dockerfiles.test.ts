@@ -93,7 +93,7 @@ describe('service image (Dockerfile)', () => {
       expect(existsSync(path.join(REPO_ROOT, src)), src).toBe(true);
       expect(ignored(ignore, src), `${src} must not be ignored`).toBe(false);
     }
-    for (const f of ['src/main.ts', 'src/store/migrate.ts', 'src/sandbox/runner.py', 'src/runtime/local/spawner.py']) expect(ignored(ignore, f), f).toBe(false);
+    for (const f of ['src/main.ts', 'src/store/migrate.ts', 'src/sandbox/runner/50-main.py', 'src/sandbox/paths.ts', 'src/runtime/local/spawner.py']) expect(ignored(ignore, f), f).toBe(false);
     for (const f of ['node_modules/x/index.js', '.git/HEAD', 'dist/main.js', 'test/unit/x.test.ts', 'charts/sandpod/values.yaml']) {
       expect(ignored(ignore, f), f).toBe(true);
     }
@@ -136,10 +136,14 @@ describe('executor image (src/sandbox/Dockerfile)', () => {
   const dir = path.join(REPO_ROOT, 'src/sandbox');
   const instrs = parseDockerfile(path.join(dir, 'Dockerfile'));
 
-  it('is python:3.11-slim (pip included) and copies runner.py, which exists, to /sandpod/runner.py', () => {
+  it('is python:3.11-slim (pip included) and copies runner.py, which the build writes into its context, to /sandpod/runner.py', () => {
     expect(instrs[0]).toEqual({ op: 'FROM', args: 'python:3.11-slim' });
     expect(copySources(instrs)).toEqual(['runner.py']);
-    expect(existsSync(path.join(dir, 'runner.py'))).toBe(true);
+    // The context is dist/sandbox: `npm run build` joins the runner's parts into dist/sandbox/runner.py.
+    expect(readFileSync(path.join(dir, 'Dockerfile'), 'utf8')).toMatch(/-f src\/sandbox\/Dockerfile dist\/sandbox/);
+    const build = JSON.parse(readFileSync(path.join(REPO_ROOT, 'package.json'), 'utf8')).scripts.build as string;
+    expect(build).toContain('src/sandbox/write-runner.ts dist/sandbox/runner.py');
+    expect(existsSync(path.join(dir, 'runner', '50-main.py'))).toBe(true);
     const copy = instrs.find((i) => i.op === 'COPY')!;
     expect(copy.args.split(/\s+/).at(-1)).toBe('/sandpod/runner.py');
     expect(execForm(instrs, 'CMD')).toEqual(['python3', '/sandpod/runner.py']);
