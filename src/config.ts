@@ -142,7 +142,7 @@ export const ConfigSchema = v.pipe(
     /** Interpreter per python_version on the local runtime. */
     python_interpreters: v.optional(v.record(v.string(), v.string()), { '3.11': '/usr/bin/python3' }),
     /**
-     * Local warm sandboxes (issue 10; src/runtime/local/sandbox-pool.ts). `sizes`: waiting sandboxes
+     * Local warm sandboxes (issue 10; src/runtime/local/pool/sandbox-pool.ts). `sizes`: waiting sandboxes
      * per job type name (which types are kept warm); null (the default) means `{ default:
      * min(4, max_workers) }`, `{}` turns the pool off. A sandbox waiting longer than `max_idle_sec`
      * is replaced; at most `max_starting` start at once.

@@ -20,7 +20,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseConfig, type Config } from '../../src/config.ts';
 import { classify } from '../../src/executions/classify.ts';
 import { KubernetesJobTypeRegistry } from '../../src/jobtypes/kubernetes-registry.ts';
-import { readStream } from '../../src/runtime/local/collect.ts';
+import { readStream } from '../../src/runtime/local/runs/collect.ts';
 import { createKubernetesRuntime } from '../../src/runtime/kubernetes/index.ts';
 import { jobNameFor } from '../../src/runtime/kubernetes/names.ts';
 import type { Runtime, RunSpec } from '../../src/runtime/runtime.ts';

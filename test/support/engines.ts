@@ -6,7 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { engineInstalled, findEngineBinaries } from '../../src/runtime/local/engines.ts';
 import type { LocalRuntime } from '../../src/runtime/local/index.ts';
-import { poolable } from '../../src/runtime/local/sandbox-pool.ts';
+import { poolable } from '../../src/runtime/local/pool/sandbox-pool.ts';
 import type { RawRun, RunOptions, RunSpec } from '../../src/runtime/runtime.ts';
 
 /** The real engines the sandbox suites cover. */

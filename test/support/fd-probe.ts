@@ -3,7 +3,7 @@
  * without close-on-exec: prints what this process found inherited and what a sandbox-style child
  * started by `spawnProc` (with one fd file, as the seccomp filter is passed) holds.
  */
-import { spawnProc } from '../../src/runtime/local/proc.ts';
+import { spawnProc } from '../../src/runtime/local/runs/proc.ts';
 import { scanInheritedFds } from '../../src/util/inherited-fds.ts';
 
 const p = spawnProc('/bin/sh', ['-c', 'ls -l /proc/$$/fd'], { PATH: '/usr/bin:/bin' }, ['/etc/hostname'], undefined, false);

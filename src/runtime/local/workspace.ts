@@ -10,7 +10,7 @@ import { createHash } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { Config } from '../../config.ts';
-import { execOk } from './proc.ts';
+import { execOk } from './runs/proc.ts';
 
 const OWNER_FILE = 'owner.pid';
 

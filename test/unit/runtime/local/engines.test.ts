@@ -1,7 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { candidateEngines } from '../../../../src/runtime/local/engines.ts';
-import { programEnv } from '../../../../src/runtime/local/runner-command.ts';
+import { programEnv } from '../../../../src/runtime/local/runs/runner-command.ts';
 import { RUNNER_PATH } from '../../../../src/sandbox/paths.ts';
 
 describe('candidateEngines', () => {

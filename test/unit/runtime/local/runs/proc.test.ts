@@ -1,8 +1,8 @@
 import { constants } from 'node:os';
 import { describe, expect, it } from 'vitest';
-import { systemClock } from '../../../../src/clock.ts';
-import { signalNumber, superviseLaunch, type SuperviseOptions } from '../../../../src/runtime/local/proc.ts';
-import type { Launch } from '../../../../src/runtime/local/sandbox.ts';
+import { systemClock } from '../../../../../src/clock.ts';
+import { signalNumber, superviseLaunch, type SuperviseOptions } from '../../../../../src/runtime/local/runs/proc.ts';
+import type { Launch } from '../../../../../src/runtime/local/sandbox.ts';
 
 const sh = (script: string): Launch => ({ file: '/bin/sh', args: ['-c', script], env: { PATH: '/usr/bin:/bin' }, fdFiles: [] });
 const opts = (over: Partial<SuperviseOptions> = {}): SuperviseOptions => ({

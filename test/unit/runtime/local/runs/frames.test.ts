@@ -1,6 +1,6 @@
 /** The runner's `--stream-frames` output as the local runtime parses it (proc.ts FrameReader). */
 import { describe, expect, it } from 'vitest';
-import { FrameReader } from '../../../../src/runtime/local/proc.ts';
+import { FrameReader } from '../../../../../src/runtime/local/runs/proc.ts';
 
 function parse(parts: (string | Buffer)[]) {
   const out: { stream: string; text: string }[] = [];

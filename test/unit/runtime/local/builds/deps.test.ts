@@ -1,7 +1,7 @@
 import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { DepsCache, depsKey, invalidRequirement, normalizeRequirements, type Installer } from '../../../../src/runtime/local/deps.ts';
+import { DepsCache, depsKey, invalidRequirement, normalizeRequirements, type Installer } from '../../../../../src/runtime/local/builds/deps.ts';
 
 function root(): string {
   mkdirSync('/tmp/sandpod-test', { recursive: true });

@@ -2,9 +2,9 @@ import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { collectOutputs, collectRun, readReport, readStream } from '../../../../src/runtime/local/collect.ts';
-import { baseObservation, MAX_ARTIFACT_ENTRIES } from '../../../../src/runtime/run-output.ts';
-import type { LaunchResult } from '../../../../src/runtime/local/proc.ts';
+import { collectOutputs, collectRun, readReport, readStream } from '../../../../../src/runtime/local/runs/collect.ts';
+import { baseObservation, MAX_ARTIFACT_ENTRIES } from '../../../../../src/runtime/run-output.ts';
+import type { LaunchResult } from '../../../../../src/runtime/local/runs/proc.ts';
 
 function outDir(): string {
   mkdirSync('/tmp/sandpod-test', { recursive: true });

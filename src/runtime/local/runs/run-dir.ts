@@ -8,7 +8,7 @@
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { SandboxHost, type Mount } from './sandbox.ts';
+import { SandboxHost, type Mount } from '../sandbox.ts';
 
 /**
  * A sandbox id (runsc container id, cgroup and directory name): `sp-<kind>-<time>-<random>`, or

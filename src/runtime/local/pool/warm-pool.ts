@@ -4,12 +4,12 @@
  * costs a kernel RCU grace period (~10 ms here); a warm process takes that off a run's critical
  * path. Each is used once, then replaced.
  */
-import type { Clock } from '../../clock.ts';
-import type { Logger } from '../../logger.ts';
-import type { CgroupSupport, RunCgroup } from './cgroups.ts';
-import { sandboxId } from './run-dir.ts';
-import type { SandboxHost } from './sandbox.ts';
-import type { SpawnedProc, Spawner } from './spawner.ts';
+import type { Clock } from '../../../clock.ts';
+import type { Logger } from '../../../logger.ts';
+import type { CgroupSupport, RunCgroup } from '../cgroups.ts';
+import { sandboxId } from '../runs/run-dir.ts';
+import type { SandboxHost } from '../sandbox.ts';
+import type { SpawnedProc, Spawner } from '../spawner.ts';
 
 /** A warm process and the cgroup it waits in; the run that takes it sets the cgroup's limits. */
 export interface Warm {

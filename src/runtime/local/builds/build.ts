@@ -21,15 +21,15 @@ import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { chmodSync, existsSync, lchownSync, lstatSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import type { Clock } from '../../clock.ts';
-import type { Config } from '../../config.ts';
-import type { BuiltEnvironment, JobType, LockedRequirement } from '../../jobtypes/job-type.ts';
-import { RUNNER_PATH } from '../../sandbox/paths.ts';
-import { canonical, sha256 } from '../../util/json.ts';
-import { BuildFailedError, type Builder, type BuildRequest, type RunObservation, type RunSpec } from '../runtime.ts';
+import type { Clock } from '../../../clock.ts';
+import type { Config } from '../../../config.ts';
+import type { BuiltEnvironment, JobType, LockedRequirement } from '../../../jobtypes/job-type.ts';
+import { RUNNER_PATH } from '../../../sandbox/paths.ts';
+import { canonical, sha256 } from '../../../util/json.ts';
+import { BuildFailedError, type Builder, type BuildRequest, type RunObservation, type RunSpec } from '../../runtime.ts';
 import { invalidRequirement, normalizeRequirements } from './deps.ts';
 import { sandboxInstaller, type InstallContext } from './install-sandbox.ts';
-import { SandboxHost } from './sandbox.ts';
+import { SandboxHost } from '../sandbox.ts';
 
 /** Format label inside every digest: a change of the digest's recipe changes every digest. */
 const FORMAT = 'sandpod-local-build/1';

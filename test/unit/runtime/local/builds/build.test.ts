@@ -4,10 +4,10 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import * as v from 'valibot';
 import { afterAll, describe, expect, it } from 'vitest';
-import { JobTypeConfigSchema, parseConfig } from '../../../../src/config.ts';
-import { fromConfig, type JobType } from '../../../../src/jobtypes/job-type.ts';
-import { builtEnvironmentStep, environmentDigest, LocalBuilder, lockFileText, lockFromReport, normalizeName } from '../../../../src/runtime/local/build.ts';
-import { BuildFailedError } from '../../../../src/runtime/runtime.ts';
+import { JobTypeConfigSchema, parseConfig } from '../../../../../src/config.ts';
+import { fromConfig, type JobType } from '../../../../../src/jobtypes/job-type.ts';
+import { builtEnvironmentStep, environmentDigest, LocalBuilder, lockFileText, lockFromReport, normalizeName } from '../../../../../src/runtime/local/builds/build.ts';
+import { BuildFailedError } from '../../../../../src/runtime/runtime.ts';
 
 const H1 = 'a'.repeat(64);
 const H2 = 'b'.repeat(64);

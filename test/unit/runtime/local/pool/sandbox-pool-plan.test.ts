@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { backoffMs, BASE_BACKOFF_MS, MAX_BACKOFF_MS, pickWarm, planPool, START_TIMEOUT_MS, type FailureRecord, type PoolEntryView, type PoolState } from '../../../../src/runtime/local/sandbox-pool-plan.ts';
+import { backoffMs, BASE_BACKOFF_MS, MAX_BACKOFF_MS, pickWarm, planPool, START_TIMEOUT_MS, type FailureRecord, type PoolEntryView, type PoolState } from '../../../../../src/runtime/local/pool/sandbox-pool-plan.ts';
 
 const T = 1_000_000;
 const IDLE = 60_000;

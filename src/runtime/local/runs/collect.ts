@@ -30,8 +30,8 @@ import {
   RESULT_FILE,
   STDERR_FILE,
   STDOUT_FILE,
-} from '../run-output.ts';
-import type { CollectedFile, RawRun, RunnerReport, RunObservation } from '../runtime.ts';
+} from '../../run-output.ts';
+import type { CollectedFile, RawRun, RunnerReport, RunObservation } from '../../runtime.ts';
 import { EXECUTION_MARKER, type LaunchResult } from './proc.ts';
 
 /** Reads a regular file without following symlinks; null when absent or not a regular file. */

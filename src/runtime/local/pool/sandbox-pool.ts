@@ -28,18 +28,18 @@
  */
 import { createHash } from 'node:crypto';
 import path from 'node:path';
-import type { Clock } from '../../clock.ts';
-import { parseMemory } from '../../config.ts';
-import type { JobType } from '../../jobtypes/job-type.ts';
-import type { Logger } from '../../logger.ts';
-import type { WarmPoolStats } from '../runtime.ts';
-import type { CgroupLimits, CgroupSupport, RunCgroup } from './cgroups.ts';
-import { runscDelete } from './proc.ts';
-import { RunDir, sandboxId } from './run-dir.ts';
-import { runnerSandbox } from './runner-command.ts';
-import type { SandboxHost } from './sandbox.ts';
+import type { Clock } from '../../../clock.ts';
+import { parseMemory } from '../../../config.ts';
+import type { JobType } from '../../../jobtypes/job-type.ts';
+import type { Logger } from '../../../logger.ts';
+import type { WarmPoolStats } from '../../runtime.ts';
+import type { CgroupLimits, CgroupSupport, RunCgroup } from '../cgroups.ts';
+import { runscDelete } from '../runs/proc.ts';
+import { RunDir, sandboxId } from '../runs/run-dir.ts';
+import { runnerSandbox } from '../runs/runner-command.ts';
+import type { SandboxHost } from '../sandbox.ts';
 import { planPool, pickWarm, type FailureRecord, type PoolEntryView } from './sandbox-pool-plan.ts';
-import type { RunProc, SpawnedProc, Spawner } from './spawner.ts';
+import type { RunProc, SpawnedProc, Spawner } from '../spawner.ts';
 
 /** One job type kept warm. */
 export interface PoolTarget {

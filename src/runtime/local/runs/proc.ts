@@ -7,11 +7,11 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, openSync } from 'node:fs';
 import { constants } from 'node:os';
-import type { Clock } from '../../clock.ts';
-import { coverInheritedFds, inheritedFds } from '../../util/inherited-fds.ts';
-import { MAX_REPORT_BYTES } from '../run-output.ts';
-import type { Launch } from './sandbox.ts';
-import type { RunProc, SpawnedProc } from './spawner.ts';
+import type { Clock } from '../../../clock.ts';
+import { coverInheritedFds, inheritedFds } from '../../../util/inherited-fds.ts';
+import { MAX_REPORT_BYTES } from '../../run-output.ts';
+import type { Launch } from '../sandbox.ts';
+import type { RunProc, SpawnedProc } from '../spawner.ts';
 
 /** Extra time the runtime gives the runner's own timeout before its backstop kills the sandbox. */
 export const EXECUTION_GRACE_MS = 1500;

@@ -12,8 +12,8 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, lchownSync, mkdirSync, readdirSync, renameSync, rmSync } from 'node:fs';
 import path from 'node:path';
-import { systemClock, type Clock } from '../../clock.ts';
-import type { RunObservation } from '../runtime.ts';
+import { systemClock, type Clock } from '../../../clock.ts';
+import type { RunObservation } from '../../runtime.ts';
 
 /** What the install step reports. */
 export interface InstallOutcome {

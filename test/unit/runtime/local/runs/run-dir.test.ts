@@ -1,10 +1,10 @@
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { findEngineBinaries, type EngineName } from '../../../../src/runtime/local/engines.ts';
-import { RunDir, sandboxId } from '../../../../src/runtime/local/run-dir.ts';
-import { SANDBOX_UID, SandboxHost } from '../../../../src/runtime/local/sandbox.ts';
-import { RUNNER_PATH } from '../../../../src/sandbox/paths.ts';
+import { findEngineBinaries, type EngineName } from '../../../../../src/runtime/local/engines.ts';
+import { RunDir, sandboxId } from '../../../../../src/runtime/local/runs/run-dir.ts';
+import { SANDBOX_UID, SandboxHost } from '../../../../../src/runtime/local/sandbox.ts';
+import { RUNNER_PATH } from '../../../../../src/sandbox/paths.ts';
 
 function host(engine: EngineName): { host: SandboxHost; runsDir: string } {
   mkdirSync('/tmp/sandpod-test', { recursive: true });

@@ -3,9 +3,9 @@
  * environment the runner would build, so it never has to re-exec to get a clean one), network and
  * rlimits, from the job type and the run directory.
  */
-import type { JobType } from '../../jobtypes/job-type.ts';
+import type { JobType } from '../../../jobtypes/job-type.ts';
 import type { RunDir } from './run-dir.ts';
-import { EGRESS_DIR, type SandboxSpec } from './sandbox.ts';
+import { EGRESS_DIR, type SandboxSpec } from '../sandbox.ts';
 
 /** Open files allowed to user code. */
 export const SANDBOX_NOFILE = 1024;

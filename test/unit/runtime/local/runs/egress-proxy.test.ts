@@ -5,8 +5,8 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { hostMatches, isHostPattern } from '../../../../src/jobtypes/host-patterns.ts';
-import { EgressProxy, isPublicAddress, type EgressDecision, type EgressProxyOptions, type Lookup } from '../../../../src/runtime/local/egress-proxy.ts';
+import { hostMatches, isHostPattern } from '../../../../../src/jobtypes/host-patterns.ts';
+import { EgressProxy, isPublicAddress, type EgressDecision, type EgressProxyOptions, type Lookup } from '../../../../../src/runtime/local/runs/egress-proxy.ts';
 
 // ---------------------------------------------------------------------------------------------
 // Helpers

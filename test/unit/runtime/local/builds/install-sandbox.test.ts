@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { parseConfig } from '../../../../src/config.ts';
-import { hostMatches } from '../../../../src/jobtypes/host-patterns.ts';
-import { installAllowedHosts, urlHostPattern } from '../../../../src/runtime/local/install-sandbox.ts';
+import { parseConfig } from '../../../../../src/config.ts';
+import { hostMatches } from '../../../../../src/jobtypes/host-patterns.ts';
+import { installAllowedHosts, urlHostPattern } from '../../../../../src/runtime/local/builds/install-sandbox.ts';
 
 const pip = (p: Record<string, unknown>) => parseConfig({ pip: p }, {}).pip;
 

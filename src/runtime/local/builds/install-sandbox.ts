@@ -25,16 +25,16 @@
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import type { Clock } from '../../clock.ts';
-import type { Config } from '../../config.ts';
-import type { Logger } from '../../logger.ts';
-import type { CgroupSupport } from './cgroups.ts';
+import type { Clock } from '../../../clock.ts';
+import type { Config } from '../../../config.ts';
+import type { Logger } from '../../../logger.ts';
+import type { CgroupSupport } from '../cgroups.ts';
 import type { Installer } from './deps.ts';
-import { EgressProxy } from './egress-proxy.ts';
-import { runscDelete, superviseLaunch } from './proc.ts';
-import { RunDir, sandboxId } from './run-dir.ts';
-import { programEnv } from './runner-command.ts';
-import { EGRESS_DIR, type SandboxHost } from './sandbox.ts';
+import { EgressProxy } from '../runs/egress-proxy.ts';
+import { runscDelete, superviseLaunch } from '../runs/proc.ts';
+import { RunDir, sandboxId } from '../runs/run-dir.ts';
+import { programEnv } from '../runs/runner-command.ts';
+import { EGRESS_DIR, type SandboxHost } from '../sandbox.ts';
 
 /** Bytes of pip's output kept for a dependency error. */
 const PIP_TAIL = 4000;
