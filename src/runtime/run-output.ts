@@ -2,7 +2,7 @@
  * What a run leaves behind, the same for every runtime: the names of the files the runner writes to
  * `/output`, the runner's report parsed as untrusted input, the content type of an artifact, and the
  * empty result a run has before anything happened. The local runtime reads `/output` from disk
- * (`local/collect.ts`), the Kubernetes runtime from a tar stream (`kubernetes/output-tar.ts`); both
+ * (`local/runs/collect.ts`), the Kubernetes runtime from a tar stream (`kubernetes/output-tar.ts`); both
  * take these rules from here, so the same file gives the same record on either.
  *
  * Content types: the `mime-types` package (the mime-db table) decides from the file name's extension

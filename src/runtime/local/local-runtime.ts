@@ -1,11 +1,13 @@
 /**
  * The local runtime: runs each job in a sandbox on this machine with gVisor (`runsc`), bubblewrap
  * (`bwrap`) or, in `permissive` mode only, a plain process. This file is the runtime's life cycle
- * (start, stop, health) and one run as a sequence of steps; each step's machinery lives beside it:
- * `workspace.ts` (claim, runs directory), `engine-probe.ts` (engine choice), `run-dir.ts` (a run's
- * directory and mounts), `deps.ts` (requirements), `egress-proxy.ts`, `warm-pool.ts`, `cgroups.ts`,
- * `runner-command.ts`, `sandbox.ts` (the engine's command), `proc.ts` (spawn and deadline),
- * `collect.ts` (what the run left).
+ * (start, stop, health) and one run as a sequence of steps. The folder says its three concerns:
+ * `runs/` (one run's path: `steps.ts` the cold run's steps, `warm-run.ts` a run on a warm sandbox,
+ * `run-dir.ts` its directory and mounts, `runner-command.ts`, `proc.ts` spawn and deadline,
+ * `collect.ts` what the run left, `egress-proxy.ts`), `pool/` (warm sandboxes per job type, their
+ * pure plan, reservations, warm processes) and `builds/` (requirement environments, their install
+ * sandbox, job-type builds). Beside them, what every path shares: `workspace.ts`, `engine-probe.ts`
+ * (engine choice), `cgroups.ts`, `sandbox.ts` (the engine's command), `spawner.ts`.
  *
  * One run, start to end:
  *  1. startup: the run directory is written (`code/main.py`, `input/data.json`, `output/`), requirements
@@ -31,23 +33,25 @@ import { systemClock, type Clock } from '../../clock.ts';
 import { parseMemory, warmPoolSizes, type Config } from '../../config.ts';
 import { FileJobTypeRegistry, type JobType } from '../../jobtypes/job-type.ts';
 import { silentLogger, type Logger } from '../../logger.ts';
-import { baseObservation, emptyRun, RUNNER_TIMEOUT_EXIT } from '../run-output.ts';
-import { RunGoneError, type RawRun, type RunObservation, type RunOptions, type RunSpec, type Runtime, type RuntimeHealth, type WarmPoolStats } from '../runtime.ts';
-import { detectCgroups, type CgroupLimits, type CgroupSupport, type RunCgroup } from './cgroups.ts';
-import { builtEnvironmentStep, LocalBuilder } from './builds/build.ts';
-import { collectRun } from './runs/collect.ts';
-import { DepsCache, prepareRequirements } from './builds/deps.ts';
-import { sandboxInstaller, type InstallContext } from './builds/install-sandbox.ts';
-import { EgressProxy } from './runs/egress-proxy.ts';
+import { baseObservation } from '../run-output.ts';
+import { RunGoneError, type RawRun, type RunOptions, type RunSpec, type Runtime, type RuntimeHealth, type WarmPoolStats } from '../runtime.ts';
+import { LocalBuilder } from './builds/build.ts';
+import { DepsCache } from './builds/deps.ts';
+import { type InstallContext } from './builds/install-sandbox.ts';
+import { detectCgroups, type CgroupSupport } from './cgroups.ts';
 import { chooseEngine, defaultInterpreter } from './engine-probe.ts';
 import { findEngineBinaries, type EngineBinaries, type EngineName } from './engines.ts';
-import { runscDelete, superviseLaunch, type LaunchResult } from './runs/proc.ts';
+import { Reservations } from './pool/reservations.ts';
+import { SandboxPool, type PoolTarget } from './pool/sandbox-pool.ts';
+import { WarmPool } from './pool/warm-pool.ts';
+import { collectRun } from './runs/collect.ts';
+import { runscDelete } from './runs/proc.ts';
 import { RunDir, sandboxId } from './runs/run-dir.ts';
-import { runnerSandbox } from './runs/runner-command.ts';
-import { EGRESS_DIR, SandboxHost, WRAPPER_FAILED_EXIT } from './sandbox.ts';
-import { poolKey, SandboxPool, type PoolTarget, type WarmSandbox } from './pool/sandbox-pool.ts';
+import type { Prepared, RunContext, RunState } from './runs/run-state.ts';
+import { execute, finish, observe, openEgress, placeInCgroups, prepareRequirements, runLimits } from './runs/steps.ts';
+import { runWarm } from './runs/warm-run.ts';
+import { SandboxHost } from './sandbox.ts';
 import { Spawner } from './spawner.ts';
-import { WarmPool, type Warm } from './pool/warm-pool.ts';
 import { checkTraversable, claimWorkspace, instanceRoot, prepareRunsDir, releaseRunsDir, releaseWorkspace } from './workspace.ts';
 
 /** Options of {@link createLocalRuntime}. */
@@ -71,24 +75,8 @@ export interface LocalRuntime extends Runtime {
   warmPoolStats(): WarmPoolStats[];
 }
 
-/** Longest Unix socket path Linux takes (sun_path is 108 bytes with its NUL). */
-const MAX_UNIX_PATH = 107;
 /** Most warm processes kept, whatever max_workers says. */
 const MAX_WARM = 8;
-/** How long after a warm run its sandbox's teardown and the pool's refill wait (see runWarm), ms. */
-const WARM_TEARDOWN_DELAY_MS = 10;
-/** A reserved warm sandbox whose run did not come within this long is given back (destroyed), ms. */
-const RESERVATION_TTL_MS = 10_000;
-
-/** A warm sandbox claimed, and loaded with the program, while the run's record is being written. */
-interface Reservation {
-  w: WarmSandbox;
-  key: string;
-  code: string;
-  inputJson: string;
-  timer: NodeJS.Timeout;
-}
-
 /**
  * Creates the local runtime. Nothing happens until `start()`, which picks the engine
  * (`sandbox_engine`, `security_mode`), proves it works by running a sandbox, and removes what earlier
@@ -99,36 +87,6 @@ export function createLocalRuntime(config: Config, options: LocalRuntimeOptions 
   return new LocalRuntimeImpl(config, options.logger ?? silentLogger, options.clock ?? systemClock);
 }
 
-/** What start() prepared; null before start and after stop. */
-interface Prepared {
-  engine: EngineName;
-  host: SandboxHost;
-  cgroups: CgroupSupport | null;
-  deps: DepsCache;
-  runsDir: string;
-  runsTmpfs: boolean;
-  /** Forks the warm children (with cgroups only: they exist to enter a run's cgroups early). */
-  spawner: Spawner | null;
-  warm: WarmPool | null;
-  /** Warm sandboxes per job type (with cgroups and a real engine only; see sandbox-pool.ts). */
-  sandboxes: SandboxPool | null;
-}
-
-/** One run's state between the steps of {@link LocalRuntimeImpl.run}. */
-interface RunState {
-  spec: RunSpec;
-  options: RunOptions;
-  p: Prepared;
-  interpreter: string;
-  t0: number;
-  obs: RunObservation;
-  rd: RunDir;
-  depsDir: string | null;
-  egress: EgressProxy | null;
-  warm: Warm | null;
-  cgroup: RunCgroup | null;
-}
-
 class LocalRuntimeImpl implements LocalRuntime {
   readonly name = 'local';
   private p: Prepared | null = null;
@@ -136,10 +94,12 @@ class LocalRuntimeImpl implements LocalRuntime {
   private readonly root: string;
   private readonly instance: string;
   private readonly cleanups = new Set<Promise<void>>();
-  /** Teardowns of warm sandboxes whose runs ended, waiting out WARM_TEARDOWN_DELAY_MS. */
+  /** Teardowns of warm sandboxes whose runs ended, waiting out a moment (runs/warm-run.ts). */
   private readonly teardowns = new Set<() => void>();
   /** Warm sandboxes reserved for runs whose records are being written, by execution id. */
-  private readonly reservations = new Map<string, Reservation>();
+  private readonly reservations: Reservations;
+  /** What the run steps (runs/) use of this runtime. */
+  private readonly ctx: RunContext;
   private readonly probeErrors: Partial<Record<EngineName, string>> = {};
   private gvisorWorks = false;
   /** Job-type builds (build.ts): usable once started. */
@@ -153,6 +113,9 @@ class LocalRuntimeImpl implements LocalRuntime {
     this.bins = findEngineBinaries(config);
     ({ root: this.root, instance: this.instance } = instanceRoot(config));
     this.builder = new LocalBuilder(path.join(this.root, 'builds'), config, () => (this.p ? { install: this.installContext(this.p) } : null), clock);
+    const background = (q: Promise<unknown>) => this.background(q);
+    this.reservations = new Reservations({ pool: () => this.p?.sandboxes ?? null, log, background });
+    this.ctx = { config, clock, log, builder: this.builder, runsc: this.bins.runsc, installContext: (p) => this.installContext(p), background };
   }
 
   get engine(): EngineName | null {
@@ -230,7 +193,7 @@ class LocalRuntimeImpl implements LocalRuntime {
       maxIdleMs: this.config.warm_pool.max_idle_sec * 1000,
       maxStarting: this.config.warm_pool.max_starting,
       maxStreamBytes: this.config.max_stdout_bytes,
-      limitsFor: (jt, memoryBytes) => this.limits(host.engine, jt, memoryBytes, false),
+      limitsFor: (jt, memoryBytes) => runLimits(host.engine, jt, memoryBytes, false),
       clock: this.clock,
       log: this.log,
       background: (q) => this.background(q),
@@ -252,7 +215,7 @@ class LocalRuntimeImpl implements LocalRuntime {
   }
 
   async stop(): Promise<void> {
-    for (const id of [...this.reservations.keys()]) this.unreserve(id);
+    this.reservations.clear();
     this.p?.warm?.stop();
     await this.p?.sandboxes?.stop();
     // Warm sandboxes of ended runs still waiting for their teardown go now (the stopped pool refills nothing).
@@ -298,25 +261,25 @@ class LocalRuntimeImpl implements LocalRuntime {
     if (!p) throw new Error('local runtime is not started');
     const t0 = this.clock.now();
     const obs = baseObservation(t0, { oomDetectable: p.cgroups !== null });
-    if (options.signal?.aborted) return this.finish(obs, t0, { cancelled: true });
+    if (options.signal?.aborted) return finish(this.clock, obs, t0, { cancelled: true });
     const interpreter = this.config.python_interpreters[spec.jobType.pythonVersion];
     if (!interpreter) {
-      return this.finish(obs, t0, { infraError: { type: 'config_error', message: `no interpreter configured for python ${spec.jobType.pythonVersion} (python_interpreters)` } });
+      return finish(this.clock, obs, t0, { infraError: { type: 'config_error', message: `no interpreter configured for python ${spec.jobType.pythonVersion} (python_interpreters)` } });
     }
     const memoryBytes = parseMemory(spec.jobType.memoryLimit);
-    const reserved = this.takeReservation(spec, interpreter);
-    if (reserved) return this.runWarm(spec, options, p, t0, obs, reserved);
+    const reserved = this.reservations.take(spec, interpreter);
+    if (reserved) return runWarm(this.ctx, this.teardowns, spec, options, p, t0, obs, reserved);
     const claimed = p.sandboxes?.claim(spec.jobType, interpreter, spec.requirements) ?? null;
-    if (claimed && this.deliver(claimed, spec)) return this.runWarm(spec, options, p, t0, obs, claimed);
+    if (claimed && this.reservations.deliver(claimed, spec)) return runWarm(this.ctx, this.teardowns, spec, options, p, t0, obs, claimed);
     const rd = RunDir.create({ host: p.host, runsDir: p.runsDir, id: sandboxId(null, t0), program: { code: spec.code, inputJson: spec.inputJson }, tmpBytes: memoryBytes });
     const s: RunState = { spec, options, p, interpreter, t0, obs, rd, depsDir: null, egress: null, warm: null, cgroup: null };
     try {
-      const early = (await this.prepareRequirements(s)) ?? (await this.openEgress(s));
-      if (early) return this.finish(obs, t0, early);
-      this.placeInCgroups(s, memoryBytes);
-      const { res, launch } = await this.execute(s, memoryBytes);
-      this.observe(s, res);
-      const raw = this.finish(obs, t0, {}, collectRun(rd.outputDir, res, obs, spec));
+      const early = (await prepareRequirements(this.ctx, s)) ?? (await openEgress(this.ctx, s));
+      if (early) return finish(this.clock, obs, t0, early);
+      placeInCgroups(s, memoryBytes);
+      const { res, launch } = await execute(this.ctx, s, memoryBytes);
+      observe(this.clock, s, res);
+      const raw = finish(this.clock, obs, t0, {}, collectRun(rd.outputDir, res, obs, spec));
       if (res.killedBy && launch.runscId) this.background(runscDelete(this.bins.runsc!, p.host.runscState, [launch.runscId]));
       return raw;
     } finally {
@@ -335,270 +298,20 @@ class LocalRuntimeImpl implements LocalRuntime {
 
   /**
    * While the run's record is being written: claims a warm sandbox for it and writes the program in,
-   * so `run` only has to say go. Nothing runs here. A miss is not counted (the run's own claim is).
+   * so `run` only has to say go (pool/reservations.ts). Nothing runs here.
    */
   reserve(spec: RunSpec): void {
-    const p = this.p;
     const interpreter = this.config.python_interpreters[spec.jobType.pythonVersion];
-    if (!p?.sandboxes || !interpreter || this.reservations.has(spec.executionId)) return;
-    const w = p.sandboxes.claim(spec.jobType, interpreter, spec.requirements, false);
-    if (!w || !this.deliver(w, spec)) return;
-    const timer = setTimeout(() => this.unreserve(spec.executionId), RESERVATION_TTL_MS);
-    timer.unref();
-    this.reservations.set(spec.executionId, { w, key: poolKey(spec.jobType, interpreter), code: spec.code, inputJson: spec.inputJson, timer });
+    if (interpreter) this.reservations.reserve(spec, interpreter);
   }
 
   /** Destroys a reserved sandbox its run did not take (it ran nothing). */
   unreserve(executionId: string): void {
-    const r = this.reservations.get(executionId);
-    if (!r) return;
-    this.reservations.delete(executionId);
-    clearTimeout(r.timer);
-    this.background(r.w.destroy());
-    setImmediate(() => this.p?.sandboxes?.tick());
-  }
-
-  /** The sandbox reserved for this run, with this run's program in it; null when there is none (or it no longer fits). */
-  private takeReservation(spec: RunSpec, interpreter: string): WarmSandbox | null {
-    const r = this.reservations.get(spec.executionId);
-    if (!r) return null;
-    this.reservations.delete(spec.executionId);
-    clearTimeout(r.timer);
-    if (r.key !== poolKey(spec.jobType, interpreter)) {
-      this.background(r.w.destroy());
-      setImmediate(() => this.p?.sandboxes?.tick());
-      return null;
-    }
-    if (r.code !== spec.code || r.inputJson !== spec.inputJson) return this.deliver(r.w, spec) ? r.w : null;
-    return r.w;
-  }
-
-  /**
-   * Writes the program and input into a claimed warm sandbox's run directory. When that fails (its
-   * directory is gone or its disk full), the sandbox is destroyed and the run starts cold instead:
-   * a broken warm sandbox is a miss, never the run's failure.
-   */
-  private deliver(w: WarmSandbox, spec: RunSpec): boolean {
-    try {
-      w.rd.writeProgram({ code: spec.code, inputJson: spec.inputJson });
-      return true;
-    } catch (err) {
-      this.log.warn({ execution_id: spec.executionId, err: String(err) }, 'warm sandbox unusable; starting the run cold');
-      this.background(w.destroy());
-      setImmediate(() => this.p?.sandboxes?.tick());
-      return false;
-    }
-  }
-
-  /**
-   * A run on a claimed warm sandbox: the program and input go into its run directory, the go line
-   * down its stdin; from the runner's `execution` marker the run is supervised as a cold one, and
-   * its `done` line ends it: the cgroup is killed, the output collected, and the sandbox destroyed
-   * in the background (the engine's teardown is not waited for).
-   */
-  private async runWarm(spec: RunSpec, options: RunOptions, p: Prepared, t0: number, obs: RunObservation, w: WarmSandbox): Promise<RawRun> {
-    const s: RunState = { spec, options, p, interpreter: '', t0, obs, rd: w.rd, depsDir: null, egress: null, warm: null, cgroup: w.cgroup };
-    try {
-      w.go(spec.timeoutSec, spec.maxStdoutBytes);
-      const res = await superviseLaunch(null, {
-        clock: this.clock,
-        startupDeadline: t0 + spec.startupTimeoutSec * 1000,
-        timeoutMs: spec.timeoutSec * 1000,
-        signal: options.signal,
-        onExecution: () => {
-          obs.phase = 'execution';
-          options.onPhase?.('execution');
-        },
-        kill: () => w.cgroup.killAll(),
-        started: w.proc,
-        doneMarker: true,
-        framed: true,
-        onOutput: options.onOutput,
-      });
-      // Stopped, not killed: the sandbox's teardown waits (below) until the run is recorded.
-      this.observe(s, res, 'stop');
-      // The cgroup's counter includes the sandbox's own start, before the claim.
-      if (obs.cpuTimeMs !== undefined) obs.cpuTimeMs = Math.max(0, obs.cpuTimeMs - w.cpuBeforeMs);
-      return this.finish(obs, t0, {}, collectRun(w.rd.outputDir, res, obs, spec));
-    } finally {
-      // The teardown and the refill start a moment later: both take CPU (process kills, cgroup and
-      // directory removal, a new sandbox's start) that the run's record and answer would otherwise
-      // wait for on a small machine. The sandbox's processes were its program's; its outputs are in.
-      const teardown = () => {
-        clearTimeout(later);
-        this.teardowns.delete(teardown);
-        this.background(w.destroy());
-        p.sandboxes?.tick();
-      };
-      const later = setTimeout(teardown, WARM_TEARDOWN_DELAY_MS);
-      this.teardowns.add(teardown);
-    }
-  }
-
-  /** Startup step: the requirements' environment, mounted at `/deps`; or how the run ends. */
-  private async prepareRequirements(s: RunState): Promise<Partial<RunObservation> | undefined> {
-    const { p, spec } = s;
-    if (spec.requirements.length === 0) return undefined;
-    s.options.onPhase?.('installing');
-    const deadline = s.t0 + spec.startupTimeoutSec * 1000;
-    // A built job type: its pinned environment, nothing installed (production_mode refuses installs).
-    const built = await builtEnvironmentStep(this.builder, this.config, spec, this.clock, deadline, s.options.signal);
-    const key = { interpreter: s.interpreter, pythonVersion: spec.jobType.pythonVersion, pip: this.config.pip };
-    const r = built.handled ? built : await prepareRequirements(p.deps, spec.requirements, key, sandboxInstaller(this.installContext(p), s.interpreter), deadline, s.options.signal);
-    s.obs.depInstallMs = r.installMs;
-    if (r.end) return r.end;
-    s.depsDir = r.depsDir;
-    if (r.depsDir) s.rd.mount({ type: 'ro', src: r.depsDir, dest: '/deps' });
-    return undefined;
+    this.reservations.unreserve(executionId);
   }
 
   private installContext(p: Prepared): InstallContext {
     return { host: p.host, cgroups: p.cgroups, runsDir: p.runsDir, pip: this.config.pip, runsc: this.bins.runsc, clock: this.clock, log: this.log, background: (q) => this.background(q) };
-  }
-
-  /**
-   * Startup step: a bridge type that lists allowed_hosts gets no network of its own, only this run's
-   * proxy, which lets those hosts through (see egress-proxy.ts). The process engine isolates nothing.
-   */
-  private async openEgress(s: RunState): Promise<Partial<RunObservation> | undefined> {
-    const net = s.spec.jobType.network;
-    if (net.mode !== 'bridge' || net.allowedHosts.length === 0 || s.p.engine === 'process') return undefined;
-    const socketPath = path.join(s.rd.dir, 'net', 'proxy.sock');
-    if (Buffer.byteLength(socketPath) > MAX_UNIX_PATH) {
-      return { infraError: { type: 'config_error', message: `the workspace path is too long for the run's egress proxy socket (${socketPath}); use a shorter workspace` } };
-    }
-    const netDir = s.rd.subdir('net');
-    const executionId = s.spec.executionId;
-    s.egress = await EgressProxy.listen(socketPath, {
-      allowedHosts: net.allowedHosts,
-      onDecision: (d) => {
-        if (!d.allowed) this.log.info({ execution_id: executionId, host: d.host, port: d.port, reason: d.reason }, 'egress refused');
-      },
-    });
-    s.rd.mount({ type: 'ro', src: netDir, dest: EGRESS_DIR });
-    return undefined;
-  }
-
-  /** Takes a warm process (and its cgroup) or creates the run's cgroups, with the job type's limits. */
-  private placeInCgroups(s: RunState, memoryBytes: number): void {
-    const { p, spec } = s;
-    s.warm = p.warm?.take() ?? null;
-    const limits = this.limits(p.engine, spec.jobType, memoryBytes, this.inProcess(s));
-    if (s.warm) {
-      s.cgroup = s.warm.cgroup;
-      s.cgroup.setLimits(limits);
-    } else {
-      s.cgroup = p.cgroups?.create(s.rd.id, limits) ?? null;
-    }
-  }
-
-  /** A run's cgroup limits (cold, or a warm sandbox of the job type). */
-  private limits(engine: EngineName, jt: JobType, memoryBytes: number, inProcess: boolean): CgroupLimits {
-    // bwrap adds one process (its outer monitor; with --as-pid-1 there is no namespace init) and the
-    // runner (or its sh) one, the stream relay of an in-process run one more; user code gets the rest.
-    // gVisor's sentry has host threads of its own; it enforces the count itself (RLIMIT_NPROC inside).
-    const pids = engine === 'gvisor' ? jt.maxProcesses * 3 + 256 : jt.maxProcesses + (inProcess ? 3 : 2);
-    return { memoryBytes, pids, cpus: jt.cpuLimit };
-  }
-
-  /**
-   * With bubblewrap in a warm process, the program runs in the runner's own process (`--exec`)
-   * under a `sh` that only waits for it (killing that parent ends the run, as killing a forking
-   * runner does): that `sh` is the sandbox's PID 1 (non-dumpable, see SandboxHost.waitingShell),
-   * passes the program's exit status on and, exiting, takes what the program left behind with it,
-   * this runtime keeps the deadline, a relay in the run's cgroups caps the streams, and the cgroup
-   * measures. That spares a fork of the interpreter, whose copy-on-write pages the program's exit
-   * copied one by one. (Not with an egress proxy: the runner's forking parent relays the program's
-   * proxy port.)
-   */
-  private inProcess(s: RunState): boolean {
-    return s.warm !== null && s.p.engine === 'bubblewrap' && s.egress === null;
-  }
-
-  /** Starts the runner in the sandbox (in the warm process when there is one) and supervises it. */
-  private async execute(s: RunState, memoryBytes: number) {
-    const { p, spec, rd } = s;
-    const jt = spec.jobType;
-    const inProcess = this.inProcess(s);
-    // A warm process is in its cgroups and has dropped privileges already.
-    const sandbox = runnerSandbox({
-      rd,
-      interpreter: s.interpreter,
-      runner: p.host.runnerFor(s.interpreter),
-      jobType: jt,
-      timeoutSec: spec.timeoutSec,
-      maxStreamBytes: spec.maxStdoutBytes,
-      memoryBytes,
-      fileSizeBytes: parseMemory(jt.maxFileSize),
-      deps: s.depsDir !== null,
-      egress: s.egress !== null,
-      cgroups: p.cgroups !== null,
-      inProcess,
-      sh: p.host.waitingShell(),
-      procsFiles: s.cgroup?.procsFiles ?? [],
-    });
-    const launch = p.host.launch(sandbox, s.warm !== null);
-    const res = await superviseLaunch(launch, {
-      clock: this.clock,
-      startupDeadline: s.t0 + spec.startupTimeoutSec * 1000,
-      timeoutMs: spec.timeoutSec * 1000,
-      signal: s.options.signal,
-      onExecution: () => {
-        s.obs.phase = 'execution';
-        s.options.onPhase?.('execution');
-      },
-      kill: () => s.cgroup?.killAll(),
-      warm: s.warm?.proc,
-      // The marker line comes first on stdout; some slack for it.
-      capture: inProcess ? [spec.maxStdoutBytes + 64, spec.maxStdoutBytes + 1] : undefined,
-      framed: !inProcess,
-      onOutput: s.options.onOutput,
-    });
-    return { res, launch };
-  }
-
-  /**
-   * What the runtime itself saw: cgroup counters, exit, who killed it, phase times, infra errors.
-   * Then whatever is left in the cgroup is killed, or (`stop`, a warm sandbox destroyed later) stopped.
-   */
-  private observe(s: RunState, res: LaunchResult, leftovers: 'kill' | 'stop' = 'kill'): void {
-    const { obs, p, spec } = s;
-    const tEnd = this.clock.now();
-    if (s.cgroup) {
-      const st = s.cgroup.stats();
-      obs.oomKilled = st.oomKilled;
-      if (st.maxRssMb !== undefined) obs.maxRssMb = Math.round(st.maxRssMb * 100) / 100;
-      if (st.cpuTimeMs !== undefined) obs.cpuTimeMs = st.cpuTimeMs;
-      if (leftovers === 'stop') s.cgroup.stopAll();
-      else s.cgroup.killAll();
-    }
-    obs.exitCode = res.killedBy ? null : res.exitCode;
-    if (res.killedBy === 'abort') obs.cancelled = true;
-    if (res.killedBy === 'deadline') obs.timedOut = res.tExec === null ? 'startup' : 'execution';
-    if (res.tExec !== null) {
-      obs.startupMs = res.tExec - s.t0;
-      obs.executionMs = tEnd - res.tExec;
-      if (res.exitCode === RUNNER_TIMEOUT_EXIT && obs.executionMs >= spec.timeoutSec * 1000 - 250) obs.timedOut = 'execution';
-    } else {
-      obs.startupMs = tEnd - s.t0;
-    }
-    if (res.spawnError) {
-      obs.infraError = { type: 'docker_error', message: `cannot start the ${p.engine} sandbox: ${res.spawnError}` };
-    } else if (res.tExec === null && !res.killedBy && !obs.oomKilled) {
-      const why = res.exitCode === WRAPPER_FAILED_EXIT ? 'could not enter the run cgroup' : `the sandbox exited with ${res.exitCode ?? res.signal} before user code started`;
-      obs.infraError = { type: 'docker_error', message: `${p.engine}: ${why}: ${res.stderrTail.trim().slice(-2000)}` };
-    }
-    obs.phase = res.tExec === null ? 'startup' : obs.timedOut === 'execution' ? 'execution' : obs.exitCode === 0 ? 'completed' : 'failed';
-  }
-
-  /** Closes the observation (end time, total, startup time of a run that never left startup). */
-  private finish(obs: RunObservation, t0: number, outcome: Partial<RunObservation>, produced: Omit<RawRun, 'observation'> | null = null): RawRun {
-    Object.assign(obs, outcome);
-    const t = this.clock.now();
-    obs.endedAt = new Date(t);
-    obs.totalMs = t - t0;
-    if (obs.phase === 'startup') obs.startupMs = obs.totalMs;
-    return produced ? { observation: obs, ...produced } : emptyRun(obs);
   }
 
   private background(p: Promise<unknown>): void {
