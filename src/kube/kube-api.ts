@@ -20,11 +20,13 @@ import {
   type RequestContext,
   type ResponseContext,
   BatchV1Api,
+  CoordinationV1Api,
   CoreV1Api,
   CustomObjectsApi,
   NodeV1Api,
   type KubeConfig,
   type V1Job,
+  type V1Lease,
   type V1Pod,
   type V1Secret,
 } from '@kubernetes/client-node';
@@ -101,6 +103,7 @@ export class KubeApi {
   readonly core: CoreV1Api;
   readonly node: NodeV1Api;
   readonly custom: CustomObjectsApi;
+  readonly coordination: CoordinationV1Api;
 
   /** Deadline of one call (and of an exec's handshake), ms. */
   readonly requestTimeoutMs: number;
@@ -113,6 +116,7 @@ export class KubeApi {
     this.core = kc.makeApiClient(CoreV1Api);
     this.node = kc.makeApiClient(NodeV1Api);
     this.custom = kc.makeApiClient(CustomObjectsApi);
+    this.coordination = kc.makeApiClient(CoordinationV1Api);
     this.requestTimeoutMs = opts.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
   }
 
@@ -301,6 +305,24 @@ export class KubeApi {
   /** Patches a custom object's status subresource with a JSON patch (RFC 6902). */
   async patchCustomStatus(group: string, version: string, namespace: string, plural: string, name: string, patch: object[]): Promise<void> {
     await this.call('patch ' + plural + '/status', (o) => this.custom.patchNamespacedCustomObjectStatus({ group, version, namespace, plural, name, body: patch }, o));
+  }
+
+  /** Reads a Lease (leader election); `null` when absent. */
+  getLease(namespace: string, name: string): Promise<V1Lease | null> {
+    return this.call('get lease', (o) => this.coordination.readNamespacedLease({ namespace, name }, o), { status: 404, value: null });
+  }
+
+  /** Creates a Lease; `null` when one of that name exists already (409). */
+  createLease(lease: V1Lease): Promise<V1Lease | null> {
+    const namespace = lease.metadata?.namespace ?? '';
+    return this.call('create lease', (o) => this.coordination.createNamespacedLease({ namespace, body: lease }, o), { status: 409, value: null });
+  }
+
+  /** Replaces a Lease at the `resourceVersion` it carries; `null` when another writer changed it since (409). */
+  replaceLease(lease: V1Lease): Promise<V1Lease | null> {
+    const namespace = lease.metadata?.namespace ?? '';
+    const name = lease.metadata?.name ?? '';
+    return this.call('replace lease', (o) => this.coordination.replaceNamespacedLease({ namespace, name, body: lease }, o), { status: 409, value: null });
   }
 
   /** Attaches to a running container's stdin/stdout (see attach.ts); a refused upgrade (4xx) is unretryable. */

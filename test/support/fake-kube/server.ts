@@ -88,7 +88,7 @@ export type KObj = {
   [k: string]: unknown;
 };
 
-type Kind = 'pods' | 'secrets' | 'jobs' | 'runtimeclasses' | 'jobtypes' | 'namespaces' | 'services';
+type Kind = 'pods' | 'secrets' | 'jobs' | 'runtimeclasses' | 'jobtypes' | 'namespaces' | 'services' | 'leases';
 
 interface WatchEvent {
   rv: number;
@@ -229,6 +229,7 @@ const KIND_META: Record<Kind, { apiVersion: string; kind: string }> = {
   jobtypes: { apiVersion: 'sandpod.io/v1alpha1', kind: 'JobType' },
   namespaces: { apiVersion: 'v1', kind: 'Namespace' },
   services: { apiVersion: 'v1', kind: 'Service' },
+  leases: { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease' },
 };
 
 /** See the module comment. */
@@ -999,6 +1000,7 @@ export class FakeKube {
   }
 
   private create(res: http.ServerResponse, kind: Kind, ns: string | undefined, body: any): void {
+    if (kind === 'leases' && !microTimesValid(body)) return this.json(res, 400, status(400, 'BadRequest', MICRO_TIME_ERROR));
     const name = body?.metadata?.name;
     if (!name) return this.json(res, 422, status(422, 'Invalid', 'metadata.name: Required value'));
     if (this.get(kind, ns, name)) return this.json(res, 409, status(409, 'AlreadyExists', `${kind} "${name}" already exists`, { name, kind }));
@@ -1009,6 +1011,7 @@ export class FakeKube {
 
   /** PUT: optimistic concurrency on `metadata.resourceVersion`; status and identity are the server's. */
   private replace(res: http.ServerResponse, kind: Kind, ns: string | undefined, name: string, body: any): void {
+    if (kind === 'leases' && !microTimesValid(body)) return this.json(res, 400, status(400, 'BadRequest', MICRO_TIME_ERROR));
     const current = this.get(kind, ns, name);
     if (!current) return this.json(res, 404, notFound(kind, name));
     const rv = body?.metadata?.resourceVersion;
@@ -1496,6 +1499,20 @@ function podPhase(pod: KObj): string {
   return 'Pending';
 }
 
+/**
+ * A Lease's acquireTime/renewTime are MicroTime: the real API server parses them with Go's RFC3339Micro
+ * layout, which takes exactly six fractional digits ("…05.123456Z"); a plain ISO string with
+ * milliseconds is refused with 400.
+ */
+const MICRO_TIME_ERROR = 'Lease in version "v1" cannot be handled as a Lease: parsing time as "2006-01-02T15:04:05.000000Z07:00"';
+function microTimesValid(body: any): boolean {
+  for (const f of ['acquireTime', 'renewTime']) {
+    const v = body?.spec?.[f];
+    if (v !== undefined && v !== null && !(typeof v === 'string' && /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)$/.test(v))) return false;
+  }
+  return true;
+}
+
 function route(path: string): { kind: Kind; ns?: string; name?: string; sub?: string } | null {
   let m = /^\/api\/v1\/namespaces\/([^/]+)\/(pods|secrets|services)(?:\/([^/]+))?(?:\/(log|exec|attach))?$/.exec(path);
   if (m) return { kind: m[2] as Kind, ns: m[1]!, ...(m[3] ? { name: m[3] } : {}), ...(m[4] ? { sub: m[4] } : {}) };
@@ -1505,6 +1522,8 @@ function route(path: string): { kind: Kind; ns?: string; name?: string; sub?: st
   if (m) return { kind: 'runtimeclasses', ...(m[1] ? { name: m[1] } : {}) };
   m = /^\/apis\/sandpod\.io\/v1alpha1\/namespaces\/([^/]+)\/jobtypes(?:\/([^/]+))?(?:\/(status))?$/.exec(path);
   if (m) return { kind: 'jobtypes', ns: m[1]!, ...(m[2] ? { name: m[2] } : {}), ...(m[3] ? { sub: m[3] } : {}) };
+  m = /^\/apis\/coordination\.k8s\.io\/v1\/namespaces\/([^/]+)\/leases(?:\/([^/]+))?$/.exec(path);
+  if (m) return { kind: 'leases', ns: m[1]!, ...(m[2] ? { name: m[2] } : {}) };
   m = /^\/api\/v1\/namespaces(?:\/([^/]+))?$/.exec(path);
   if (m) return { kind: 'namespaces', ...(m[1] ? { name: m[1] } : {}) };
   return null;
