@@ -5,7 +5,7 @@
  * - sandpod cold: `POST /execute {"code": "print(1)"}` through HTTP to a service (real PostgreSQL,
  *   the Kubernetes runtime) running on this machine against the same cluster;
  * - sandpod warm: the same request against a service keeping a warm pool of 2 for `default`
- *   (runtime/kubernetes/pool.ts): the run claims an idle pool pod, hands it the program by attach and
+ *   (runtime/kubernetes/pool/pool.ts): the run claims an idle pool pod, hands it the program by attach and
  *   ends on the runner's `done` line (hits and misses counted from /pool/stats);
  * - where the time goes: a pod watch stamps each run's pod as it is created, scheduled, its
  *   containers start, `main` ends and the pod leaves, so the report splits the wall time by stage

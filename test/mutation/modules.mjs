@@ -7,7 +7,7 @@
 export const MODULES = {
   classify: { mutate: ['src/executions/classify.ts'], tests: ['test/unit/executions/classify.test.ts', 'test/unit/executions/classify-deep.test.ts'] },
   resilience: { mutate: ['src/resilience/*.ts'], tests: ['test/unit/resilience/*.test.ts'] },
-  decide: { mutate: ['src/runtime/kubernetes/decide.ts'], tests: ['test/unit/runtime/kubernetes/decide.test.ts', 'test/unit/runtime/kubernetes/decide-partial.test.ts'] },
+  decide: { mutate: ['src/runtime/kubernetes/runs/decide.ts'], tests: ['test/unit/runtime/kubernetes/decide.test.ts', 'test/unit/runtime/kubernetes/decide-partial.test.ts'] },
   'request-context': { mutate: ['src/api/middleware/request-context.ts'], tests: ['test/unit/api/request-context.test.ts'] },
   'egress-proxy': { mutate: ['src/egress/proxy.ts'], tests: ['test/unit/runtime/local/egress-proxy.test.ts', 'test/unit/egress/cluster-proxy.test.ts', 'test/unit/egress/proxy-edges.test.ts', 'test/unit/egress/host-bypass.test.ts', 'test/unit/egress/limits.test.ts'] },
   'egress-target': { mutate: ['src/egress/target.ts', 'src/egress/admission.ts', 'src/egress/addresses.ts'], tests: ['test/unit/egress/target.test.ts', 'test/unit/egress/limits.test.ts', 'test/unit/egress/addresses.test.ts', 'test/unit/runtime/local/egress-proxy.test.ts'] },

@@ -8,9 +8,9 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { sha256Digest, type ImageConfig } from '../../src/runtime/kubernetes/build-image.ts';
-import { writeLayer } from '../../src/runtime/kubernetes/build-layer.ts';
-import { MEDIA, type ImageManifest, type RegistryClient } from '../../src/runtime/kubernetes/build-registry.ts';
+import { sha256Digest, type ImageConfig } from '../../src/runtime/kubernetes/builds/build-image.ts';
+import { writeLayer } from '../../src/runtime/kubernetes/builds/build-layer.ts';
+import { MEDIA, type ImageManifest, type RegistryClient } from '../../src/runtime/kubernetes/builds/build-registry.ts';
 
 export const REGISTRY_BIN = '/usr/bin/docker-registry';
 export const hasRegistry = existsSync(REGISTRY_BIN);

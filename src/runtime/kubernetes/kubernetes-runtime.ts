@@ -9,10 +9,8 @@
  * retried attempt picks up what an earlier one left. Once the run is tracked, the controller's work
  * queue retries its own calls with backoff, outside the breaker.
  */
-import { lookup } from 'node:dns/promises';
 import { readFileSync } from 'node:fs';
-import { isIP } from 'node:net';
-import type { KubeConfig, V1Job, V1Secret } from '@kubernetes/client-node';
+import type { KubeConfig, V1Job } from '@kubernetes/client-node';
 import { systemClock, type Clock } from '../../clock.ts';
 import type { Config } from '../../config.ts';
 import { KubeApi, defaultKubeConfig } from '../../kube/index.ts';
@@ -21,23 +19,23 @@ import { DELIVER_PATH, RUNNER_PATH } from '../../sandbox/paths.ts';
 import { baseObservation, emptyRun } from '../run-output.ts';
 import path from 'node:path';
 import { patchJobTypeStatus } from '../../jobtypes/kubernetes-registry.ts';
-import { KubernetesBuilder } from './builder.ts';
+import { KubernetesBuilder } from './builds/builder.ts';
 import { RunGoneError, type Builder, type WarmPoolStats, type RawRun, type RunOptions, type RunSpec, type Runtime, type RuntimeHealth, type RuntimeHooks } from '../runtime.ts';
 import type { JobType } from '../../jobtypes/job-type.ts';
-import { buildJob, ownSecret } from './build-job.ts';
-import { WarmPool } from './pool.ts';
-import { RunController } from './controller.ts';
-import { newRunState, toMs } from './decide.ts';
-import { ANNOTATIONS, LABELS, executionLabel, jobNameFor } from './names.ts';
-import { POOL_LABELS, poolable } from './pool-plan.ts';
+import { buildJob } from './runs/build-job.ts';
+import { EgressCredentials } from './runs/egress.ts';
+import { collectGarbage, ensureJob, ensureSecret } from './runs/run-objects.ts';
+import { RuntimeClassLookup } from './runtime-class.ts';
+import { WarmPool } from './pool/pool.ts';
+import { RunController } from './runs/controller.ts';
+import { newRunState, toMs } from './runs/decide.ts';
+import { LABELS, executionLabel, jobNameFor } from './names.ts';
+import { POOL_LABELS, poolable } from './pool/pool-plan.ts';
 import { AttachedRuns, awaitTracked } from './runs/attached.ts';
-import { defaultOutputLimits } from './output-tar.ts';
-import { Preflight } from './preflight.ts';
-import { NetworkCheck } from './network-check.ts';
-
-/** How long a resolved egress proxy address is used before it is looked up again, ms. */
-const PROXY_ADDRESS_TTL_MS = 30_000;
-
+import { defaultOutputLimits } from './runs/output-tar.ts';
+import type { Preflight } from './checks/preflight.ts';
+import { startCanaries } from './checks/canaries.ts';
+import { NetworkCheck } from './checks/network-check.ts';
 
 /** Constructor options of {@link createKubernetesRuntime}. */
 export interface KubernetesRuntimeOptions {
@@ -100,9 +98,8 @@ class KubernetesRuntime implements Runtime {
   private runnerSource: string | null;
   private deliverSource: string | null;
   private readonly attached: AttachedRuns;
-  private egressKeyText: string | null = null;
-  private proxyAddress: { host: string; address: string; at: number } | null = null;
-  private runtimeClass: { exists: boolean | null; at: number } = { exists: null, at: 0 };
+  private readonly egress: EgressCredentials;
+  private readonly runtimeClass: RuntimeClassLookup;
   private healthCache: { value: RuntimeHealth; at: number } | null = null;
   private started = false;
   private preflight: Preflight | null = null;
@@ -124,6 +121,8 @@ class KubernetesRuntime implements Runtime {
     this.api = new KubeApi(this.kc, { requestTimeoutMs });
     this.runnerSource = options.runnerSource ?? null;
     this.deliverSource = options.deliverSource ?? null;
+    this.egress = new EgressCredentials(config, this.clock, this.log);
+    this.runtimeClass = new RuntimeClassLookup({ api: this.api, config, clock: this.clock, log: this.log, ...(t.healthCacheMs !== undefined ? { cacheMs: t.healthCacheMs } : {}) });
     this.controller = new RunController({
       kubeConfig: this.kc,
       api: this.api,
@@ -147,7 +146,7 @@ class KubernetesRuntime implements Runtime {
       log: this.log,
       runnerSource: () => this.runner(),
       deliverSource: () => this.deliver(),
-      ensureJob: (job, jobName) => this.ensureJob(job, jobName),
+      ensureJob: (job, jobName) => ensureJob(this.api, this.ns, job, jobName),
       ...(t.podGoneGraceMs !== undefined ? { podGoneGraceMs: t.podGoneGraceMs } : {}),
       ...(t.handOverTimeoutMs !== undefined ? { handOverTimeoutMs: t.handOverTimeoutMs } : {}),
     });
@@ -157,7 +156,7 @@ class KubernetesRuntime implements Runtime {
         api: this.api,
         pods: () => this.controller.pods.list(),
         jobs: () => this.controller.jobs.list(),
-        runtimeClass: () => this.runtimeClassFor(),
+        runtimeClass: () => this.runtimeClass.forRun(),
         runnerSource: () => this.runner(),
         clock: this.clock,
         logger: this.log,
@@ -186,7 +185,7 @@ class KubernetesRuntime implements Runtime {
     this.runner();
     await this.controller.start();
     this.started = true;
-    await this.refreshRuntimeClass();
+    await this.runtimeClass.refresh();
     await this.collectGarbage();
     if (this.options.jobTypes) {
       const jobTypes = this.options.jobTypes;
@@ -197,7 +196,7 @@ class KubernetesRuntime implements Runtime {
         clock: this.clock,
         log: this.log,
         jobTypes,
-        runtimeClassName: () => this.runtimeClassFor(),
+        runtimeClassName: () => this.runtimeClass.forRun(),
         runnerSource: () => this.runner(),
         deliverSource: () => this.deliver(),
         ...(this.options.tuning?.poolIntervalMs !== undefined ? { intervalMs: this.options.tuning.poolIntervalMs } : {}),
@@ -207,43 +206,24 @@ class KubernetesRuntime implements Runtime {
     if (this.config.kubernetes.preflight) await this.startPreflight();
   }
 
-  /** The canary runs beside the service; its verdict shows in health() (see preflight.ts). */
+  /** The canaries run beside the service; their verdicts show in health() (checks/canaries.ts). */
   private async startPreflight(): Promise<void> {
     const t = this.options.tuning ?? {};
-    // The class the runs would get; strict mode without it refuses runs already (health says so).
-    const runtimeClassName = await this.runtimeClassFor().catch(() => null);
-    if (runtimeClassName === false) return;
-    this.preflight = new Preflight({
-      createJob: (job) => this.api.createJob(job),
-      deleteJob: (ns, name) => this.api.deleteJob(ns, name),
-      findPod: (jobName) => this.controller.pods.list().find((p) => p.metadata?.labels?.['job-name'] === jobName),
+    const { preflight, networkCheck } = await startCanaries({
+      api: this.api,
+      config: this.config,
       clock: this.clock,
       log: this.log,
-      config: this.config,
-      runtimeClassName,
+      pods: () => this.controller.pods.list(),
+      runtimeClassName: () => this.runtimeClass.forRun(),
+      onVerdict: () => {
+        this.healthCache = null;
+      },
       ...(t.preflightTimeoutMs !== undefined ? { timeoutMs: t.preflightTimeoutMs } : {}),
+      ...(t.networkCheckRetrySec !== undefined ? { networkCheckRetrySec: t.networkCheckRetrySec } : {}),
     });
-    void this.preflight.run().then(() => {
-      this.healthCache = null;
-    });
-    const service = this.config.kubernetes.network_check_service;
-    if (!service) return;
-    this.networkCheck = new NetworkCheck({
-      createJob: (job) => this.api.createJob(job),
-      deleteJob: (ns, name) => this.api.deleteJob(ns, name),
-      findPod: (jobName) => this.controller.pods.list().find((p) => p.metadata?.labels?.['job-name'] === jobName),
-      serviceAddress: () => this.api.serviceAddress(this.config.kubernetes.namespace, service),
-      runtimeClassExists: (name) => this.api.runtimeClassExists(name),
-      clock: this.clock,
-      log: this.log,
-      config: this.config,
-      runtimeClassName,
-      ...(t.preflightTimeoutMs !== undefined ? { timeoutMs: t.preflightTimeoutMs } : {}),
-      ...(t.networkCheckRetrySec !== undefined ? { retrySec: t.networkCheckRetrySec } : {}),
-    });
-    void this.networkCheck.run().then(() => {
-      this.healthCache = null;
-    });
+    this.preflight = preflight;
+    this.networkCheck = networkCheck;
   }
 
   async stop(): Promise<void> {
@@ -267,7 +247,7 @@ class KubernetesRuntime implements Runtime {
     } catch (err) {
       error = err instanceof Error ? err.message : String(err);
     }
-    const gvisor = (available ? await this.refreshRuntimeClass(true) : this.runtimeClass.exists) === true;
+    const gvisor = (available ? await this.runtimeClass.refresh(true) : this.runtimeClass.exists) === true;
     const pf = this.preflight?.result;
     const problems = [
       ...(pf && (pf.status === 'failed' || pf.status === 'inconclusive') ? [`preflight ${pf.status}: ${pf.reason}`] : []),
@@ -304,12 +284,11 @@ class KubernetesRuntime implements Runtime {
     let jobSeen = false;
 
     // Adopting creates nothing but a missing Secret, whose contents do not depend on the RuntimeClass.
-    const runtimeClassName = options.adopt ? await this.runtimeClassFor().catch(() => null) : await this.runtimeClassFor();
-    const egressKey = this.egressKey(spec);
+    const runtimeClassName = options.adopt ? await this.runtimeClass.forRun().catch(() => null) : await this.runtimeClass.forRun();
     const { secret, job } = buildJob(spec, spec.jobType, this.config, {
       runtimeClassName: runtimeClassName === false ? null : runtimeClassName,
       runnerSource: this.runner(),
-      egressProxy: egressKey === null ? null : { key: egressKey, nowMs: this.clock.now(), address: await this.egressProxyAddress() },
+      egressProxy: await this.egress.forJob(spec),
     });
 
     let adopted: V1Job | null = null;
@@ -361,14 +340,14 @@ class KubernetesRuntime implements Runtime {
         const finished = adopted.status?.conditions?.some((c) => (c.type === 'Complete' || c.type === 'Failed') && c.status === 'True');
         // The process that created the Job may have died before its Secret existed.
         // A claimed pool pod has no Secret: its program came through attach.
-        if (!finished && !adopted.metadata?.labels?.[POOL_LABELS.pool]) await this.ensureSecret(secret, adopted);
+        if (!finished && !adopted.metadata?.labels?.[POOL_LABELS.pool]) await ensureSecret(this.api, this.ns, secret, adopted);
       } else {
-        const owner = await this.ensureJob(job, jobName);
+        const owner = await ensureJob(this.api, this.ns, job, jobName);
         // From now on the controller takes only this Job and its pods as the run's: a Job of the
         // same name from an earlier attempt, and its pod, may still be terminating.
         this.controller.ownJob(key, owner.metadata?.uid ?? '');
         try {
-          await this.ensureSecret(secret, owner);
+          await ensureSecret(this.api, this.ns, secret, owner);
         } catch (err) {
           // Without its Secret the pod can never start; remove the Job so a retry starts clean.
           await this.api.deleteJob(this.ns, jobName).catch(() => undefined);
@@ -389,35 +368,6 @@ class KubernetesRuntime implements Runtime {
     return this.controller.jobs.list().find((j) => j.metadata?.labels?.[LABELS.executionId] === key && j.metadata?.labels?.[POOL_LABELS.pool]) ?? null;
   }
 
-  /**
-   * Creates the run's Job, or takes the one an earlier attempt (or another replica) created under the
-   * same deterministic name: 409 is success.
-   */
-  private async ensureJob(job: V1Job, jobName: string): Promise<V1Job> {
-    const created = await this.api.createJob(job);
-    if (created?.metadata?.uid) return created;
-    const existing = await this.api.getJob(this.ns, jobName);
-    if (!existing) throw new Error(`Job ${jobName} existed and vanished at once; retry`);
-    if (existing.metadata?.deletionTimestamp) throw new Error(`Job ${jobName} of an earlier attempt is still being deleted; retry`);
-    return existing;
-  }
-
-  /**
-   * Creates the run's Secret owned by `owner`. On 409 the Secret there is replaced without being read:
-   * it may name a Job of an earlier attempt that was deleted (and would be garbage-collected under the
-   * new pod), or be this Job's own (a lost answer, an adoption), which a replacement with the same
-   * contents leaves as it was (a pending pod retries its mount). Never reading it lets the chart's
-   * runs Role grant `create` and `delete` on Secrets but not `get`: run Secrets have per-run names,
-   * which `resourceNames` cannot list, and `get` on every Secret of the namespace is what we avoid.
-   */
-  private async ensureSecret(secret: V1Secret, owner: V1Job): Promise<void> {
-    const mine = ownSecret(secret, owner);
-    if (await this.api.createSecret(mine)) return;
-    const name = mine.metadata?.name ?? '';
-    await this.api.deleteSecret(this.ns, name);
-    if (!(await this.api.createSecret(mine))) throw new Error(`Secret ${name} was re-created while being replaced; retry`);
-  }
-
   /** The runner text, read once. */
   private runner(): string {
     if (this.runnerSource === null) this.runnerSource = readFileSync(RUNNER_PATH, 'utf8');
@@ -430,91 +380,9 @@ class KubernetesRuntime implements Runtime {
     return this.deliverSource;
   }
 
-  /** The egress proxy's signing key when this run goes through it (read once from `key_file`), else null. */
-  private egressKey(spec: RunSpec): string | null {
-    const proxy = this.config.kubernetes.egress_proxy;
-    if (!proxy || spec.jobType.network.mode !== 'bridge' || spec.jobType.network.allowedHosts.length === 0) return null;
-    if (this.egressKeyText === null) {
-      try {
-        this.egressKeyText = readFileSync(proxy.key_file, 'utf8').trim();
-      } catch (err) {
-        throw new Error(`kubernetes.egress_proxy.key_file: cannot read ${proxy.key_file}: ${(err as Error).message}`);
-      }
-    }
-    return this.egressKeyText;
-  }
-
-  /**
-   * The egress proxy's host as an address, resolved here (cached {@link PROXY_ADDRESS_TTL_MS}): a
-   * proxied pod then gets the address and needs no DNS, which its NetworkPolicy does not allow (DNS
-   * queries would be a channel out). Null when it cannot be resolved: the pod gets the name.
-   */
-  private async egressProxyAddress(): Promise<string | null> {
-    const proxy = this.config.kubernetes.egress_proxy;
-    if (!proxy) return null;
-    const host = new URL(proxy.url).hostname.replace(/^\[|\]$/g, '');
-    if (isIP(host)) return host;
-    const now = this.clock.now();
-    if (this.proxyAddress && this.proxyAddress.host === host && now - this.proxyAddress.at < PROXY_ADDRESS_TTL_MS) return this.proxyAddress.address;
-    try {
-      const { address } = await lookup(host);
-      this.proxyAddress = { host, address, at: now };
-      return address;
-    } catch (err) {
-      this.log.warn({ host, err: String(err) }, 'cannot resolve the egress proxy; proxied pods get its name and need DNS to reach it');
-      return this.proxyAddress?.host === host ? this.proxyAddress.address : null;
-    }
-  }
-
-  /**
-   * The RuntimeClass to put on a run: always the configured one in `strict` (false when it is known
-   * not to exist), in `permissive` only when it exists.
-   */
-  private async runtimeClassFor(): Promise<string | null | false> {
-    const name = this.config.kubernetes.runtime_class;
-    const exists = await this.refreshRuntimeClass();
-    // Unknown is not "absent": in strict mode that would fail the run as a config error on an API blip.
-    if (exists === null) throw new Error(`cannot read RuntimeClass ${name}; retry`);
-    if (this.config.security_mode === 'strict') return exists === false ? false : name;
-    return exists ? name : null;
-  }
-
-  /** Whether the RuntimeClass exists, cached (a stale answer beats none); null when unknown (API error). */
-  private async refreshRuntimeClass(force = false): Promise<boolean | null> {
-    const ttl = this.options.tuning?.healthCacheMs ?? 60_000;
-    const now = this.clock.now();
-    if (!force && this.runtimeClass.exists !== null && now - this.runtimeClass.at < Math.max(ttl, 30_000)) return this.runtimeClass.exists;
-    try {
-      const exists = await this.api.runtimeClassExists(this.config.kubernetes.runtime_class);
-      this.runtimeClass = { exists, at: now };
-      return exists;
-    } catch (err) {
-      this.log.warn({ err: String(err) }, 'cannot read RuntimeClass');
-      return this.runtimeClass.exists;
-    }
-  }
-
   /** Deletes Jobs of this instance whose execution is terminal or unknown (SPEC §1.12). */
   private async collectGarbage(): Promise<void> {
-    const hooks = this.options.hooks;
-    if (!hooks) return;
-    const jobs = this.controller.jobs.list();
-    const byId = new Map<string, string>();
-    for (const j of jobs) {
-      const id = j.metadata?.annotations?.[ANNOTATIONS.executionId] ?? j.metadata?.labels?.[LABELS.executionId];
-      if (id && j.metadata?.name) byId.set(id, j.metadata.name);
-    }
-    if (byId.size === 0) return;
-    const live = await hooks.liveExecutionIds([...byId.keys()]);
-    for (const [id, name] of byId) {
-      if (live.has(id)) continue;
-      try {
-        await this.api.deleteJob(this.ns, name);
-        this.log.info({ execution_id: id, job: name }, 'deleted orphaned run Job');
-      } catch (err) {
-        this.log.warn({ execution_id: id, job: name, err: String(err) }, 'could not delete orphaned run Job');
-      }
-    }
+    if (this.options.hooks) await collectGarbage(this.api, this.ns, this.controller.jobs.list(), this.options.hooks, this.log);
   }
 }
 

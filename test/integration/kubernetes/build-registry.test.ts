@@ -8,9 +8,9 @@ import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ENV_SITE, composeConfig, pushImage, sha256Digest, type ImageConfig } from '../../../src/runtime/kubernetes/build-image.ts';
-import { writeLayer, type TreeEntry } from '../../../src/runtime/kubernetes/build-layer.ts';
-import { MEDIA, RegistryClient, RegistryError } from '../../../src/runtime/kubernetes/build-registry.ts';
+import { ENV_SITE, composeConfig, pushImage, sha256Digest, type ImageConfig } from '../../../src/runtime/kubernetes/builds/build-image.ts';
+import { writeLayer, type TreeEntry } from '../../../src/runtime/kubernetes/builds/build-layer.ts';
+import { MEDIA, RegistryClient, RegistryError } from '../../../src/runtime/kubernetes/builds/build-registry.ts';
 import { hasRegistry, hasSkopeo, hasUmoci, pushBase, startRegistry, type TestRegistry } from '../../support/oci-registry.ts';
 
 const file = (name: string, s: string, executable = false): TreeEntry => ({ type: 'file', name, size: Buffer.byteLength(s), executable, source: { data: Buffer.from(s) } });

@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { execInContainer } from '../../../src/kube/exec.ts';
 import { KubeApi } from '../../../src/kube/kube-api.ts';
-import { parseOutputTar } from '../../../src/runtime/kubernetes/output-tar.ts';
+import { parseOutputTar } from '../../../src/runtime/kubernetes/runs/output-tar.ts';
 import { FakeKube, type KObj } from '../../support/fake-kube/server.ts';
 
 const NS = 'sandpod-jobs';

@@ -5,8 +5,8 @@
  * policy not enforced" when it connected, healthy when it could not.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import { NETWORK_CHECK_ROLE } from '../../../src/runtime/kubernetes/network-check.ts';
-import { PREFLIGHT_LABEL } from '../../../src/runtime/kubernetes/preflight.ts';
+import { NETWORK_CHECK_ROLE } from '../../../src/runtime/kubernetes/checks/network-check.ts';
+import { PREFLIGHT_LABEL } from '../../../src/runtime/kubernetes/checks/preflight.ts';
 import { freshDatabase, type TestDatabase } from '../../support/db.ts';
 import { FakeKube } from '../../support/fake-kube/server.ts';
 import { useFakeKubeconfig } from '../../support/kube-runtime.ts';

@@ -4,7 +4,7 @@
  * degraded with the reason when threads (or select, or subprocesses) fail in the run sandbox.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import { PREFLIGHT_LABEL } from '../../../src/runtime/kubernetes/preflight.ts';
+import { PREFLIGHT_LABEL } from '../../../src/runtime/kubernetes/checks/preflight.ts';
 import { freshDatabase, type TestDatabase } from '../../support/db.ts';
 import { FakeKube } from '../../support/fake-kube/server.ts';
 import { useFakeKubeconfig } from '../../support/kube-runtime.ts';

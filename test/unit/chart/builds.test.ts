@@ -6,7 +6,7 @@
 import YAML from 'yaml';
 import { beforeAll, expect, it } from 'vitest';
 import { parseConfig } from '../../../src/config.ts';
-import { buildEnvJob } from '../../../src/runtime/kubernetes/build-env-job.ts';
+import { buildEnvJob } from '../../../src/runtime/kubernetes/builds/build-env-job.ts';
 import { DB_URL, TOOL_BUILD_TIMEOUT_MS, byKind, describeRendered, one, prepareRenderer, renderOk, restrictedViolations, withDb, type Manifest } from '../../support/chart.ts';
 
 beforeAll(() => prepareRenderer(), TOOL_BUILD_TIMEOUT_MS);

@@ -10,7 +10,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { JobTypeConfigSchema, parseConfig, type Config } from '../../../src/config.ts';
 import { MIN_KEY_BYTES, verifyEgressToken } from '../../../src/egress/token.ts';
 import { fromConfig } from '../../../src/jobtypes/job-type.ts';
-import { buildJob } from '../../../src/runtime/kubernetes/build-job.ts';
+import { buildJob } from '../../../src/runtime/kubernetes/runs/build-job.ts';
 import type { RunSpec } from '../../../src/runtime/runtime.ts';
 import {
   DB_URL,

@@ -8,7 +8,7 @@ import YAML from 'yaml';
 import { beforeAll, expect, it } from 'vitest';
 import { JobTypeConfigSchema, parseConfig, type Config } from '../../../src/config.ts';
 import { fromConfig, type JobType } from '../../../src/jobtypes/job-type.ts';
-import { buildJob } from '../../../src/runtime/kubernetes/build-job.ts';
+import { buildJob } from '../../../src/runtime/kubernetes/runs/build-job.ts';
 import type { RunSpec } from '../../../src/runtime/runtime.ts';
 import { qosClassOf } from '../../support/fake-kube/qos.ts';
 import {

@@ -2,7 +2,7 @@ import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import { parseOutputTar } from '../../../src/runtime/kubernetes/output-tar.ts';
+import { parseOutputTar } from '../../../src/runtime/kubernetes/runs/output-tar.ts';
 import { collectOutputs, readReport, readStream } from '../../../src/runtime/local/runs/collect.ts';
 import { baseObservation, contentTypeFor, decodeText, emptyRun, parseRunnerReport, REPORT_FILE, STDOUT_FILE } from '../../../src/runtime/run-output.ts';
 import { makeTar } from '../../support/fake-kube/tar.ts';

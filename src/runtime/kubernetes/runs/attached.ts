@@ -11,12 +11,12 @@ import type { Config } from '../../../config.ts';
 import { upgradeRefused, type KubeApi } from '../../../kube/index.ts';
 import type { Logger } from '../../../logger.ts';
 import type { RawRun, RunOptions, RunSpec } from '../../runtime.ts';
-import type { RunController } from '../controller.ts';
-import { afterHandOverFailure, newRunState } from '../decide.ts';
+import type { RunController } from './controller.ts';
+import { afterHandOverFailure, newRunState } from './decide.ts';
 import { CONTAINERS, LABELS, jobNameFor } from '../names.ts';
-import { defaultOutputLimits } from '../output-tar.ts';
-import { coldAttachJob } from '../pool-plan.ts';
-import type { WarmPool } from '../pool.ts';
+import { defaultOutputLimits } from './output-tar.ts';
+import { coldAttachJob } from '../pool/pool-plan.ts';
+import type { WarmPool } from '../pool/pool.ts';
 import { handOver } from './hand-over.ts';
 
 /** How often a cold attach run tries to attach before the kubelet reports the collector running, ms. */

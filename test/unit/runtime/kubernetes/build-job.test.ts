@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import * as v from 'valibot';
 import { JobTypeConfigSchema, parseConfig } from '../../../../src/config.ts';
 import { fromConfig } from '../../../../src/jobtypes/job-type.ts';
-import { buildJob, jobDeadlineSeconds, ownSecret, runResources, toCpuQuantity, toQuantity } from '../../../../src/runtime/kubernetes/build-job.ts';
+import { buildJob, jobDeadlineSeconds, ownSecret, runResources, toCpuQuantity, toQuantity } from '../../../../src/runtime/kubernetes/runs/build-job.ts';
 import { jobTypeFromResource } from '../../../../src/jobtypes/kubernetes-registry.ts';
 import { qosClassOf } from '../../../support/fake-kube/qos.ts';
 import { executionLabel, jobNameFor } from '../../../../src/runtime/kubernetes/names.ts';

@@ -13,12 +13,12 @@ import { afterAll, describe, expect, it } from 'vitest';
 import * as v from 'valibot';
 import { JobTypeConfigSchema, parseConfig } from '../../../../src/config.ts';
 import { fromConfig, type JobType } from '../../../../src/jobtypes/job-type.ts';
-import { BUILD_LABEL, buildEnvJob, buildJobName } from '../../../../src/runtime/kubernetes/build-env-job.ts';
-import { composeConfig, composeManifest, ENV_SITE } from '../../../../src/runtime/kubernetes/build-image.ts';
-import { buildJob, BUILT_SITE_DIR } from '../../../../src/runtime/kubernetes/build-job.ts';
-import { collectTree, TreeError, writeLayer, type TreeEntry } from '../../../../src/runtime/kubernetes/build-layer.ts';
-import { credentialsFromDockerConfig, MEDIA, parseChallenge, parseImageReference } from '../../../../src/runtime/kubernetes/build-registry.ts';
-import { buildPodVerdict, kubernetesEnvironmentDigest } from '../../../../src/runtime/kubernetes/builder.ts';
+import { BUILD_LABEL, buildEnvJob, buildJobName } from '../../../../src/runtime/kubernetes/builds/build-env-job.ts';
+import { composeConfig, composeManifest, ENV_SITE } from '../../../../src/runtime/kubernetes/builds/build-image.ts';
+import { buildJob, BUILT_SITE_DIR } from '../../../../src/runtime/kubernetes/runs/build-job.ts';
+import { collectTree, TreeError, writeLayer, type TreeEntry } from '../../../../src/runtime/kubernetes/builds/build-layer.ts';
+import { credentialsFromDockerConfig, MEDIA, parseChallenge, parseImageReference } from '../../../../src/runtime/kubernetes/builds/build-registry.ts';
+import { buildPodVerdict, kubernetesEnvironmentDigest } from '../../../../src/runtime/kubernetes/builds/builder.ts';
 import type { RunSpec } from '../../../../src/runtime/runtime.ts';
 import { JOB_SPEC_FIELDS_1_20, validateJob } from '../../../support/k8s-schema.ts';
 

@@ -6,8 +6,8 @@
  */
 import type { V1ContainerStatus, V1Job, V1Pod } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
-import { decide, mainOomKilled, newRunState, observe, type RunState } from '../../../../src/runtime/kubernetes/decide.ts';
-import { emptyOutput } from '../../../../src/runtime/kubernetes/output-tar.ts';
+import { decide, mainOomKilled, newRunState, observe, type RunState } from '../../../../src/runtime/kubernetes/runs/decide.ts';
+import { emptyOutput } from '../../../../src/runtime/kubernetes/runs/output-tar.ts';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
 const S = 1000;

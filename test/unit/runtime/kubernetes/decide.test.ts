@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { V1Job, V1Pod } from '@kubernetes/client-node';
-import { decide, EARLY_COLLECT_WINDOW_MS, IMAGE_ERRORS, newRunState, START_ERRORS, toMs, type Action, type RunState } from '../../../../src/runtime/kubernetes/decide.ts';
-import { emptyOutput, type CollectedOutput } from '../../../../src/runtime/kubernetes/output-tar.ts';
+import { decide, EARLY_COLLECT_WINDOW_MS, IMAGE_ERRORS, newRunState, START_ERRORS, toMs, type Action, type RunState } from '../../../../src/runtime/kubernetes/runs/decide.ts';
+import { emptyOutput, type CollectedOutput } from '../../../../src/runtime/kubernetes/runs/output-tar.ts';
 import { makeJob, makePod } from '../../../support/kube-builders.ts';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');

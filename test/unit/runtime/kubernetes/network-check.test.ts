@@ -9,8 +9,8 @@ import net from 'node:net';
 import os from 'node:os';
 import type { V1Pod } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildNetworkCheckJob, NETWORK_CHECK_ROLE, NETWORK_CHECK_SCRIPT, NetworkCheck, networkCheckVerdict, parseNetworkReport } from '../../../../src/runtime/kubernetes/network-check.ts';
-import { PREFLIGHT_LABEL } from '../../../../src/runtime/kubernetes/preflight.ts';
+import { buildNetworkCheckJob, NETWORK_CHECK_ROLE, NETWORK_CHECK_SCRIPT, NetworkCheck, networkCheckVerdict, parseNetworkReport } from '../../../../src/runtime/kubernetes/checks/network-check.ts';
+import { PREFLIGHT_LABEL } from '../../../../src/runtime/kubernetes/checks/preflight.ts';
 import { unknownFields, validateJob } from '../../../support/k8s-schema.ts';
 import { testConfig } from '../../../support/kube-runtime.ts';
 

@@ -8,8 +8,8 @@ import { describe, expect, it } from 'vitest';
 import * as v from 'valibot';
 import { JobTypeConfigSchema, parseConfig } from '../../../../src/config.ts';
 import { fromConfig } from '../../../../src/jobtypes/job-type.ts';
-import { buildJob, runtimeClassForRun } from '../../../../src/runtime/kubernetes/build-job.ts';
-import { coldAttachJob, poolJob } from '../../../../src/runtime/kubernetes/pool-plan.ts';
+import { buildJob, runtimeClassForRun } from '../../../../src/runtime/kubernetes/runs/build-job.ts';
+import { coldAttachJob, poolJob } from '../../../../src/runtime/kubernetes/pool/pool-plan.ts';
 import type { RunSpec } from '../../../../src/runtime/runtime.ts';
 
 const cfg = (none: string | null) => parseConfig({ runtime: 'kubernetes', kubernetes: { executor_image: 'reg/exec:1', runtime_class_network_none: none } }, {});

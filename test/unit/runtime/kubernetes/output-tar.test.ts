@@ -1,6 +1,6 @@
 import { PassThrough, Readable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import { defaultOutputLimits, normalizeEntryName, parseOutputTar, type OutputLimits } from '../../../../src/runtime/kubernetes/output-tar.ts';
+import { defaultOutputLimits, normalizeEntryName, parseOutputTar, type OutputLimits } from '../../../../src/runtime/kubernetes/runs/output-tar.ts';
 import { contentTypeFor, MAX_ARTIFACT_ENTRIES } from '../../../../src/runtime/run-output.ts';
 import { makeTar, outputTar, type TarEntry } from '../../../support/fake-kube/tar.ts';
 

@@ -1,9 +1,9 @@
 /** The warm pool's pure decisions (pool-plan.ts), as tables with an explicit clock. */
 import { describe, expect, it } from 'vitest';
 import type { V1Job } from '@kubernetes/client-node';
-import { GO_PORT, poolable, claimOrder, claimedJob, coldAttachJob, memberOf, planPool, poolBackoffMs, poolJob, type PoolMember } from '../../../../src/runtime/kubernetes/pool-plan.ts';
-import { afterHandOverFailure, decide, newRunState } from '../../../../src/runtime/kubernetes/decide.ts';
-import { buildJob } from '../../../../src/runtime/kubernetes/build-job.ts';
+import { GO_PORT, poolable, claimOrder, claimedJob, coldAttachJob, memberOf, planPool, poolBackoffMs, poolJob, type PoolMember } from '../../../../src/runtime/kubernetes/pool/pool-plan.ts';
+import { afterHandOverFailure, decide, newRunState } from '../../../../src/runtime/kubernetes/runs/decide.ts';
+import { buildJob } from '../../../../src/runtime/kubernetes/runs/build-job.ts';
 import { jobType, testConfig } from '../../../support/kube-runtime.ts';
 
 const T0 = 1_000_000;

@@ -5,7 +5,7 @@
 import { spawnSync } from 'node:child_process';
 import type { V1Pod } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
-import { buildCanaryJob, CANARY_SCRIPT, parseCanaryReport, preflightVerdict, PREFLIGHT_LABEL } from '../../../../src/runtime/kubernetes/preflight.ts';
+import { buildCanaryJob, CANARY_SCRIPT, parseCanaryReport, preflightVerdict, PREFLIGHT_LABEL } from '../../../../src/runtime/kubernetes/checks/preflight.ts';
 import { unknownFields, validateJob } from '../../../support/k8s-schema.ts';
 import { testConfig } from '../../../support/kube-runtime.ts';
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { KeyedWorkQueue } from '../../../../src/runtime/kubernetes/work-queue.ts';
+import { KeyedWorkQueue } from '../../../../src/runtime/kubernetes/runs/work-queue.ts';
 
 const tick = (ms = 0) => new Promise((r) => setTimeout(r, ms));
 

@@ -12,7 +12,7 @@
  * registry (the usual set-up); from another registry they are copied through this process, one
  * layer in memory at a time.
  */
-import { canonical } from '../../util/json.ts';
+import { canonical } from '../../../util/json.ts';
 import { MEDIA, type Descriptor, type ImageManifest, type RegistryClient } from './build-registry.ts';
 import type { LayerBlob } from './build-layer.ts';
 import { createHash } from 'node:crypto';

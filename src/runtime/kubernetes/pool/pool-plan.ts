@@ -18,11 +18,11 @@
  */
 import { createHash } from 'node:crypto';
 import type { V1Job, V1Pod } from '@kubernetes/client-node';
-import { jobRef, type JobType } from '../../jobtypes/job-type.ts';
-import type { RunSpec } from '../runtime.ts';
-import { SECRET_KEYS, buildJob, jobDeadlineSeconds, type BuildJobConfig } from './build-job.ts';
-import { ANNOTATIONS, CONTAINERS, LABELS, RELEASE_FILE, executionLabel } from './names.ts';
-import { IMAGE_ERRORS, START_ERRORS, toMs } from './decide.ts';
+import { jobRef, type JobType } from '../../../jobtypes/job-type.ts';
+import type { RunSpec } from '../../runtime.ts';
+import { SECRET_KEYS, buildJob, jobDeadlineSeconds, type BuildJobConfig } from '../runs/build-job.ts';
+import { ANNOTATIONS, CONTAINERS, LABELS, RELEASE_FILE, executionLabel } from '../names.ts';
+import { IMAGE_ERRORS, START_ERRORS, toMs } from '../runs/decide.ts';
 
 /**
  * Whether runs of a JobType can come from a pool pod (or a cold attach pod): not when they install

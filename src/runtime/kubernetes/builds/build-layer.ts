@@ -20,7 +20,7 @@ import { PassThrough, Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { createGzip } from 'node:zlib';
 import * as tar from 'tar-stream';
-import { normalizeEntryName } from './output-tar.ts';
+import { normalizeEntryName } from '../runs/output-tar.ts';
 
 /** One entry of a collected tree. */
 export type TreeEntry =

@@ -4,12 +4,12 @@
  * Only fields that exist in Kubernetes 1.20 are used (no `suspend`, `podFailurePolicy`, ...).
  */
 import type { V1Job, V1Secret, V1Container, V1Volume, V1SecurityContext, V1PodSecurityContext, V1PodSpec } from '@kubernetes/client-node';
-import { parseMemory, type Config } from '../../config.ts';
-import { jobRef, type JobType } from '../../jobtypes/job-type.ts';
-import { egressProxyUrl } from '../../egress/token.ts';
-import type { RunSpec } from '../runtime.ts';
-import { ENV_SITE } from './build-image.ts';
-import { ANNOTATIONS, CONTAINERS, LABELS, MANAGED_BY, POD_UID, RELEASE_FILE, executionLabel, jobNameFor, restrictedContainerSecurity } from './names.ts';
+import { parseMemory, type Config } from '../../../config.ts';
+import { jobRef, type JobType } from '../../../jobtypes/job-type.ts';
+import { egressProxyUrl } from '../../../egress/token.ts';
+import type { RunSpec } from '../../runtime.ts';
+import { ENV_SITE } from '../builds/build-image.ts';
+import { ANNOTATIONS, CONTAINERS, LABELS, MANAGED_BY, POD_UID, RELEASE_FILE, executionLabel, jobNameFor, restrictedContainerSecurity } from '../names.ts';
 
 /** The two objects of one run. The Secret gets its owner reference once the Job's uid is known. */
 export interface RunObjects {

@@ -5,9 +5,9 @@
  * a missed one changes nothing. The controller only fetches inputs and applies the actions.
  */
 import type { V1ContainerStatus, V1Job, V1Pod } from '@kubernetes/client-node';
-import { RUNNER_NOT_DELIVERED_EXIT } from '../run-output.ts';
-import type { RunObservation } from '../runtime.ts';
-import { CONTAINERS } from './names.ts';
+import { RUNNER_NOT_DELIVERED_EXIT } from '../../run-output.ts';
+import type { RunObservation } from '../../runtime.ts';
+import { CONTAINERS } from '../names.ts';
 import type { CollectedOutput } from './output-tar.ts';
 
 /** Result of pulling `/output`: the parsed archive, or why it could not be had. */

@@ -12,11 +12,11 @@
  * the informer cache, deletes the Job).
  */
 import type { V1Job, V1Pod } from '@kubernetes/client-node';
-import type { Clock } from '../../clock.ts';
-import type { Logger } from '../../logger.ts';
-import { executorImage, type BuildJobConfig } from './build-job.ts';
-import { IMAGE_ERRORS, START_ERRORS } from './decide.ts';
-import { LABELS, MANAGED_BY, POD_UID, restrictedContainerSecurity } from './names.ts';
+import type { Clock } from '../../../clock.ts';
+import type { Logger } from '../../../logger.ts';
+import { executorImage, type BuildJobConfig } from '../runs/build-job.ts';
+import { IMAGE_ERRORS, START_ERRORS } from '../runs/decide.ts';
+import { LABELS, MANAGED_BY, POD_UID, restrictedContainerSecurity } from '../names.ts';
 
 /** Label that marks the canary Job and pod (they carry no execution id). */
 export const PREFLIGHT_LABEL = 'sandpod.io/role';

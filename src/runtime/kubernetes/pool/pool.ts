@@ -12,13 +12,13 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { V1Job, V1Pod } from '@kubernetes/client-node';
-import type { Clock } from '../../clock.ts';
-import type { Config } from '../../config.ts';
-import type { JobType } from '../../jobtypes/job-type.ts';
-import type { KubeApi } from '../../kube/index.ts';
-import type { Logger } from '../../logger.ts';
-import type { RunSpec, WarmPoolStats } from '../runtime.ts';
-import type { RunController } from './controller.ts';
+import type { Clock } from '../../../clock.ts';
+import type { Config } from '../../../config.ts';
+import type { JobType } from '../../../jobtypes/job-type.ts';
+import type { KubeApi } from '../../../kube/index.ts';
+import type { Logger } from '../../../logger.ts';
+import type { RunSpec, WarmPoolStats } from '../../runtime.ts';
+import type { RunController } from '../runs/controller.ts';
 import { poolable, claimOrder, claimPodPatch, claimedJob, memberOf, planPool, poolBackoffMs, poolJob, type PoolMember, type PoolWant } from './pool-plan.ts';
 
 /** Options of {@link WarmPool}. */

@@ -12,9 +12,9 @@
  * (pure, from the canary pod as the informer sees it and the time) and {@link NetworkCheck} (I/O).
  */
 import type { V1Job, V1Pod } from '@kubernetes/client-node';
-import { noNetworkDns, runtimeClassForRun, type BuildJobConfig } from './build-job.ts';
-import { IMAGE_ERRORS, START_ERRORS } from './decide.ts';
-import { LABELS } from './names.ts';
+import { noNetworkDns, runtimeClassForRun, type BuildJobConfig } from '../runs/build-job.ts';
+import { IMAGE_ERRORS, START_ERRORS } from '../runs/decide.ts';
+import { LABELS } from '../names.ts';
 import { buildCanaryJob, PREFLIGHT_LABEL, runCanaryJob, type PreflightDeps } from './preflight.ts';
 
 /** Value of {@link PREFLIGHT_LABEL} on the network canary's Job and pod. */

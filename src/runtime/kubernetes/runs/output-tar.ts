@@ -25,8 +25,8 @@ import {
   RESULT_FILE,
   STDERR_FILE,
   STDOUT_FILE,
-} from '../run-output.ts';
-import type { CollectedFile, RunnerReport } from '../runtime.ts';
+} from '../../run-output.ts';
+import type { CollectedFile, RunnerReport } from '../../runtime.ts';
 
 /** Limits of one collection. */
 export interface OutputLimits {

@@ -6,15 +6,15 @@
  * The API calls a reconcile pass makes are plain: a failed pass is retried by the work queue with
  * its own capped backoff, never through the service's circuit breaker (that one counts run attempts).
  */
-import { PassThrough } from 'node:stream';
 import type { KubeConfig, V1Job, V1Pod } from '@kubernetes/client-node';
-import { systemClock, type Clock } from '../../clock.ts';
-import { ReconnectingInformer, followLog, isApiUnavailable, upgradeRefused, type KubeApi, type LogFollowHandle } from '../../kube/index.ts';
-import { silentLogger, type Logger } from '../../logger.ts';
-import type { RawRun, RunObservation } from '../runtime.ts';
-import { decide, EARLY_COLLECT_INTERVAL_MS, type Action, type RunState } from './decide.ts';
-import { COLLECT_COMMAND, CONTAINERS, LABELS, RELEASE_COMMAND, instanceSelector } from './names.ts';
-import { parseOutputTar, type OutputLimits } from './output-tar.ts';
+import { systemClock, type Clock } from '../../../clock.ts';
+import { ReconnectingInformer, type KubeApi, type LogFollowHandle } from '../../../kube/index.ts';
+import { silentLogger, type Logger } from '../../../logger.ts';
+import type { RawRun, RunObservation } from '../../runtime.ts';
+import { decide, type Action, type RunState } from './decide.ts';
+import { CONTAINERS, LABELS, RELEASE_COMMAND, instanceSelector } from '../names.ts';
+import type { OutputLimits } from './output-tar.ts';
+import { collectOutputs, observeProgress, resolveRun, type OutputDeps } from './outputs.ts';
 import { KeyedWorkQueue } from './work-queue.ts';
 
 /** Options of {@link RunController}. */
@@ -286,6 +286,11 @@ export class RunController {
     return pod;
   }
 
+  /** What the output functions (outputs.ts) use. */
+  private outputDeps(): OutputDeps {
+    return { ...this.opts, clock: this.clock, log: this.log };
+  }
+
   private async reconcile(key: string): Promise<void> {
     // Applying an action can change the run's state (outputs pulled, collector released); decide
     // again at once rather than waiting for the next event.
@@ -295,7 +300,7 @@ export class RunController {
       const job = this.jobFor(run);
       if (job) run.state.jobSeen = true;
       const pod = this.podFor(key, run);
-      this.observeProgress(run, pod);
+      observeProgress(this.outputDeps(), run, pod);
       const actions = decide(run.state, job, pod, this.clock.now());
       let again = false;
       for (const action of actions) {
@@ -332,7 +337,7 @@ export class RunController {
         run.state.depsLog = await this.opts.api.podLogTail(ns, action.pod, CONTAINERS.deps);
         return true;
       case 'collect':
-        await this.collect(run, action.pod, action.early ?? false);
+        await collectOutputs(this.outputDeps(), run, action.pod, action.early ?? false);
         return true;
       case 'release':
         if (run.state.warm) {
@@ -358,100 +363,6 @@ export class RunController {
     }
   }
 
-  /**
-   * Pulls `/output` from the collector. `early`: tried before the pod's status shows the collector
-   * running; a refused exec (not started yet) is no failure, only a later try (decide.ts).
-   */
-  private async collect(run: TrackedRun, pod: string, early = false): Promise<void> {
-    const ns = this.opts.namespace;
-    try {
-      const output = await (async () => {
-        const pipe = new PassThrough();
-        const abort = new AbortController();
-        const parsing = parseOutputTar(pipe, run.limits).finally(() => {
-          pipe.resume();
-        });
-        const exec = this.opts.api.exec(ns, pod, CONTAINERS.collector, COLLECT_COMMAND, {
-          stdout: pipe,
-          signal: abort.signal,
-          timeoutMs: this.opts.execTimeoutMs ?? 60_000,
-        });
-        const [parsed, execRes] = await Promise.allSettled([
-          parsing.then((o) => {
-            // A cap was hit: stop the producer; what was read is kept.
-            if (o.truncated) abort.abort();
-            return o;
-          }),
-          exec,
-        ]);
-        if (parsed.status === 'rejected') throw execRes.status === 'rejected' ? execRes.reason : parsed.reason;
-        if (execRes.status === 'rejected' && !parsed.value.truncated) throw execRes.reason;
-        if (execRes.status === 'fulfilled' && parsed.value.entries === 0 && execRes.value.exitCode !== 0) {
-          throw new Error(`tar in the collector failed (exit ${execRes.value.exitCode ?? '?'}): ${execRes.value.stderr.slice(0, 500)}`);
-        }
-        return parsed.value;
-      })();
-      run.state.collection = { ok: true, output };
-      if (early && run.state.warm) run.state.warm.collectedEarly = true;
-    } catch (err) {
-      if (early && run.state.warm && upgradeRefused(err)) {
-        run.state.warm.earlyCollectAt = this.clock.now() + EARLY_COLLECT_INTERVAL_MS;
-        return;
-      }
-      if (isApiUnavailable(err)) {
-        // A hung or overloaded API server: the outputs are still in the pod; wait for it.
-        run.collectUnavailable = (run.collectUnavailable ?? 0) + 1;
-        this.log.warn({ execution_id: run.state.executionId, err: String(err), attempt: run.collectUnavailable }, 'collecting outputs: the API server did not take the exec');
-        if (run.collectUnavailable < (this.opts.collectUnavailableAttempts ?? 40)) throw err;
-      } else run.collectFailures++;
-      const attempts = this.opts.collectAttempts ?? 3;
-      this.log.warn({ execution_id: run.state.executionId, err: String(err), attempt: run.collectFailures }, 'collecting outputs failed');
-      if (run.collectFailures < attempts && (run.collectUnavailable ?? 0) < (this.opts.collectUnavailableAttempts ?? 40)) throw err;
-      run.state.collection = { ok: false, error: String(err instanceof Error ? err.message : err) };
-    }
-  }
-
-  /**
-   * Progress the pod shows that `decide` has no use for: the `deps` init container running
-   * (`installing`), and the `main` container started, whose log is then followed for `onOutput`. The
-   * runner runs with `--tee`, so that log is the program's stdout and stderr, merged (the pod log API
-   * does not keep them apart): reported as `stdout`, at most what the record keeps of both streams.
-   */
-  private observeProgress(run: TrackedRun, pod: V1Pod | undefined): void {
-    if (!pod?.metadata?.name) return;
-    const deps = pod.status?.initContainerStatuses?.find((c) => c.name === CONTAINERS.deps);
-    if (!run.installingReported && (deps?.state?.running || deps?.state?.terminated)) {
-      run.installingReported = true;
-      try {
-        run.onPhase?.('installing');
-      } catch (err) {
-        this.log.warn({ execution_id: run.state.executionId, err: String(err) }, 'onPhase threw');
-      }
-    }
-    const onOutput = run.onOutput;
-    if (!onOutput || run.logFollow || run.state.cancelRequested) return;
-    const main = pod.status?.containerStatuses?.find((c) => c.name === CONTAINERS.main);
-    if (!main?.state?.running && !main?.state?.terminated) return;
-    run.logFollow = followLog({
-      kubeConfig: this.opts.kubeConfig,
-      namespace: this.opts.namespace,
-      pod: pod.metadata.name,
-      container: CONTAINERS.main,
-      limitBytes: run.limits.maxStdoutBytes * 2,
-      connectTimeoutMs: this.opts.requestTimeoutMs ?? 30_000,
-      onData: (chunk) => {
-        try {
-          onOutput('stdout', chunk);
-        } catch (err) {
-          this.log.warn({ execution_id: run.state.executionId, err: String(err) }, 'onOutput threw');
-        }
-      },
-      onEnd: (err) => {
-        // Live output is best effort: the record's streams come from the collector either way.
-        if (err) this.log.info({ execution_id: run.state.executionId, err: err.message }, 'following the run log stopped');
-      },
-    });
-  }
 
   private finish(key: string, run: TrackedRun, observation: RunObservation): void {
     run.state.finished = true;
@@ -466,34 +377,11 @@ export class RunController {
       void Promise.race([follow.done, new Promise((r) => (timer = setTimeout(r, LOG_TAIL_WAIT_MS)))]).then(() => {
         clearTimeout(timer);
         follow.abort();
-        this.resolveRun(run, observation);
+        resolveRun(this.log, run, observation);
       });
       return;
     }
     follow?.abort();
-    this.resolveRun(run, observation);
-  }
-
-  private resolveRun(run: TrackedRun, observation: RunObservation): void {
-    const out = run.state.collection?.ok ? run.state.collection.output : null;
-    if (out && (out.rejected.length > 0 || out.truncated)) {
-      this.log.warn({ execution_id: run.state.executionId, rejected: out.rejected, truncated: out.truncated, artifacts_total: out.artifactsTotal }, 'some outputs were refused');
-    }
-    // The runner cuts its streams at max_stdout_bytes and says so in its report; a stream file longer
-    // than the cap (a runner that did not cut) was cut by the parser. Either way the record says so,
-    // as on the local runtime.
-    run.resolve({
-      observation,
-      report: out?.report ?? null,
-      stdout: out?.stdout ?? '',
-      stderr: out?.stderr ?? '',
-      stdoutTruncated: (out?.stdoutTruncated ?? false) || out?.report?.stdout_truncated === true,
-      stderrTruncated: (out?.stderrTruncated ?? false) || out?.report?.stderr_truncated === true,
-      resultJson: out?.resultJson ?? null,
-      ...(out?.resultJsonTooLarge ? { resultJsonTooLarge: true } : {}),
-      artifacts: out?.artifacts ?? [],
-      artifactsTotal: out?.artifactsTotal ?? 0,
-      artifactsTruncated: out?.artifactsTruncated ?? false,
-    });
+    resolveRun(this.log, run, observation);
   }
 }

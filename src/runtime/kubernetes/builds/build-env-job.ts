@@ -15,8 +15,8 @@
  */
 import type { V1Container, V1Job } from '@kubernetes/client-node';
 import { createHash } from 'node:crypto';
-import type { Config } from '../../config.ts';
-import { LABELS, MANAGED_BY, POD_UID, RELEASE_COMMAND, RELEASE_FILE, restrictedContainerSecurity } from './names.ts';
+import type { Config } from '../../../config.ts';
+import { LABELS, MANAGED_BY, POD_UID, RELEASE_COMMAND, RELEASE_FILE, restrictedContainerSecurity } from '../names.ts';
 
 /** Container names of a build pod. */
 export const BUILD_CONTAINERS = { pip: 'pip', hold: 'hold' } as const;

@@ -1,0 +1,59 @@
+/**
+ * The API objects of a cold run (its Job and Secret), created idempotently under the execution's
+ * deterministic name, and the garbage collection of run Jobs whose execution is over (SPEC §1.12).
+ */
+import type { V1Job, V1Secret } from '@kubernetes/client-node';
+import type { KubeApi } from '../../../kube/index.ts';
+import type { Logger } from '../../../logger.ts';
+import type { RuntimeHooks } from '../../runtime.ts';
+import { ANNOTATIONS, LABELS } from '../names.ts';
+import { ownSecret } from './build-job.ts';
+
+/**
+ * Creates the run's Job, or takes the one an earlier attempt (or another replica) created under the
+ * same deterministic name: 409 is success.
+ */
+export async function ensureJob(api: KubeApi, ns: string, job: V1Job, jobName: string): Promise<V1Job> {
+  const created = await api.createJob(job);
+  if (created?.metadata?.uid) return created;
+  const existing = await api.getJob(ns, jobName);
+  if (!existing) throw new Error(`Job ${jobName} existed and vanished at once; retry`);
+  if (existing.metadata?.deletionTimestamp) throw new Error(`Job ${jobName} of an earlier attempt is still being deleted; retry`);
+  return existing;
+}
+
+/**
+ * Creates the run's Secret owned by `owner`. On 409 the Secret there is replaced without being read:
+ * it may name a Job of an earlier attempt that was deleted (and would be garbage-collected under the
+ * new pod), or be this Job's own (a lost answer, an adoption), which a replacement with the same
+ * contents leaves as it was (a pending pod retries its mount). Never reading it lets the chart's
+ * runs Role grant `create` and `delete` on Secrets but not `get`: run Secrets have per-run names,
+ * which `resourceNames` cannot list, and `get` on every Secret of the namespace is what we avoid.
+ */
+export async function ensureSecret(api: KubeApi, ns: string, secret: V1Secret, owner: V1Job): Promise<void> {
+  const mine = ownSecret(secret, owner);
+  if (await api.createSecret(mine)) return;
+  const name = mine.metadata?.name ?? '';
+  await api.deleteSecret(ns, name);
+  if (!(await api.createSecret(mine))) throw new Error(`Secret ${name} was re-created while being replaced; retry`);
+}
+
+/** Deletes the Jobs (of this instance, as listed) whose execution is terminal or unknown (SPEC §1.12). */
+export async function collectGarbage(api: KubeApi, ns: string, jobs: readonly V1Job[], hooks: RuntimeHooks, log: Logger): Promise<void> {
+  const byId = new Map<string, string>();
+  for (const j of jobs) {
+    const id = j.metadata?.annotations?.[ANNOTATIONS.executionId] ?? j.metadata?.labels?.[LABELS.executionId];
+    if (id && j.metadata?.name) byId.set(id, j.metadata.name);
+  }
+  if (byId.size === 0) return;
+  const live = await hooks.liveExecutionIds([...byId.keys()]);
+  for (const [id, name] of byId) {
+    if (live.has(id)) continue;
+    try {
+      await api.deleteJob(ns, name);
+      log.info({ execution_id: id, job: name }, 'deleted orphaned run Job');
+    } catch (err) {
+      log.warn({ execution_id: id, job: name, err: String(err) }, 'could not delete orphaned run Job');
+    }
+  }
+}
