@@ -118,6 +118,9 @@ src/config.ts ConfigSchema (a test parses this with the service's own parseConfi
   "api_timeout_seconds" (int .Values.runs.apiTimeoutSeconds)
   "watch_timeout_seconds" (int .Values.runs.watchTimeoutSeconds)
 }}
+{{- with .Values.leaderElection }}
+{{- $_ := set $k8s "leader_election" (dict "enabled" .enabled "lease_name" (printf "%s-leader" (include "sandpod.fullname" $) | trunc 63 | trimSuffix "-") "lease_duration_seconds" (int .leaseDurationSeconds) "renew_deadline_seconds" (int .renewDeadlineSeconds) "retry_period_seconds" .retryPeriodSeconds) }}
+{{- end }}
 {{- if .Values.egressProxy.enabled }}
 {{- $_ := set $k8s "egress_proxy" (dict "url" (include "sandpod.egressProxy.url" .) "key_file" "/etc/sandpod/egress/key") }}
 {{- end }}

@@ -346,6 +346,8 @@ describeRendered('RBAC', () => {
       'sandpod.io/jobtypes/status': ['get', 'patch', 'update'],
       // The network check: only this release's own Service (resourceNames; test/unit/chart/isolation.test.ts).
       'core/services': ['get'],
+      // Leader election: create (any name), then get/update of the one Lease (both rules in leader-election.test.ts).
+      'coordination.k8s.io/leases': ['get', 'update'],
     });
   });
 

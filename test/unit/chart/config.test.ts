@@ -52,6 +52,7 @@ describeRendered('rendered SVC_CONFIG', () => {
       memory_request_fraction: 0.5,
       api_timeout_seconds: 30,
       watch_timeout_seconds: 60,
+      leader_election: { enabled: true, lease_name: 'sandpod-leader', lease_duration_seconds: 15, renew_deadline_seconds: 10, retry_period_seconds: 2 },
       egress_proxy: { url: 'http://sandpod-egress-proxy.sandpod.svc.cluster.local:3128', key_file: '/etc/sandpod/egress/key' },
       build_registry: null,
       build_registry_secret: null,
