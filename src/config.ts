@@ -12,6 +12,9 @@ import { withEnvOverrides } from './config-env.ts';
 import { int, KubernetesConfigSchema } from './config-kubernetes.ts';
 import { isHostPattern } from './jobtypes/host-patterns.ts';
 
+/** A dotted Python module name (`numpy`, `xml.etree.ElementTree`). */
+const MODULE_RE = /^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$/;
+
 const MEMORY_RE = /^\d+(\.\d+)?\s*([kKmMgG]i?|[bB])?$/;
 
 /** A memory quantity in the service style (`512m`, `1g`, `1Gi`, `268435456`). */
@@ -36,6 +39,12 @@ export const JobTypeConfigSchema = v.pipe(
     name: v.pipe(v.string(), v.regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, 'must be a DNS-1123 label')),
     python_version: v.optional(v.pipe(v.string(), v.regex(/^3\.\d+$/, 'must look like 3.11')), '3.11'),
     requirements: v.optional(v.array(v.pipe(v.string(), v.minLength(1))), []),
+    /**
+     * Modules the runner imports before it waits for a program (warm sandboxes), so the program's own
+     * import of them costs nothing. One that fails at preload is logged and skipped (the program gets
+     * the real error when it imports it).
+     */
+    preload: v.optional(v.pipe(v.array(v.pipe(v.string(), v.regex(MODULE_RE, 'must be a Python module name such as numpy or os.path'))), v.maxLength(64)), []),
     memory_limit: v.optional(MemorySchema, '512m'),
     cpu_limit: v.optional(v.pipe(v.number(), v.minValue(0.01), v.maxValue(64)), 1),
     /** Default execution timeout of the type; the service's `default_timeout` when absent. */
@@ -72,6 +81,7 @@ export const BUILTIN_JOB_TYPES: readonly v.InferInput<typeof JobTypeConfigSchema
   {
     name: 'data',
     requirements: ['numpy', 'pandas'],
+    preload: ['numpy', 'pandas'],
     memory_limit: '1g',
     cpu_limit: 2,
     timeout: 60,

@@ -40,6 +40,8 @@ export interface JobType {
   name: string;
   pythonVersion: string;
   requirements: string[];
+  /** Modules the runner imports before it waits for the program (config `preload`); [] for none. */
+  preload: string[];
   /** Service style memory limit, e.g. `512m`. */
   memoryLimit: string;
   cpuLimit: number;
@@ -113,6 +115,7 @@ export function fromConfig(c: JobTypeConfig, defaultTimeout = 30): JobType {
     name: c.name,
     pythonVersion: c.python_version,
     requirements: [...c.requirements],
+    preload: [...c.preload],
     memoryLimit: c.memory_limit,
     cpuLimit: c.cpu_limit,
     timeout: c.timeout ?? defaultTimeout,
@@ -125,10 +128,12 @@ export function fromConfig(c: JobTypeConfig, defaultTimeout = 30): JobType {
     cpuRequest: c.cpu_request ?? null,
     memoryRequest: c.memory_request ?? null,
   };
-  // Requests enter the digest only when set, so the job_ref of a type that names none is what it was
-  // before requests existed.
-  const { cpuRequest, memoryRequest, ...rest } = spec;
-  const digest = sha256(canonical({ ...rest, ...(cpuRequest !== null ? { cpuRequest } : {}), ...(memoryRequest !== null ? { memoryRequest } : {}) }));
+  // Requests and preload enter the digest only when set, so the job_ref of a type that names none is
+  // what it was before they existed.
+  const { cpuRequest, memoryRequest, preload, ...rest } = spec;
+  const digest = sha256(
+    canonical({ ...rest, ...(cpuRequest !== null ? { cpuRequest } : {}), ...(memoryRequest !== null ? { memoryRequest } : {}), ...(preload.length > 0 ? { preload } : {}) }),
+  );
   return { ...spec, digest };
 }
 

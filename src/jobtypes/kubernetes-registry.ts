@@ -23,6 +23,7 @@ export interface JobTypeResource {
   spec?: {
     pythonVersion?: string;
     requirements?: string[];
+    preload?: string[];
     memoryLimit?: string | number;
     cpuLimit?: number;
     timeout?: number;
@@ -55,6 +56,7 @@ export function jobTypeFromResource(r: JobTypeResource): JobType | { error: stri
   };
   put('python_version', s.pythonVersion);
   put('requirements', s.requirements);
+  put('preload', s.preload);
   put('memory_limit', s.memoryLimit);
   put('cpu_limit', s.cpuLimit);
   put('timeout', s.timeout);

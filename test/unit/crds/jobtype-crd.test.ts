@@ -66,6 +66,7 @@ function serviceView(name: string, spec: Manifest): Manifest {
     name,
     python_version: s.pythonVersion,
     requirements: s.requirements,
+    preload: s.preload,
     memory_limit: s.memoryLimit,
     cpu_limit: s.cpuLimit,
     timeout: s.timeout,
