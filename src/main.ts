@@ -28,6 +28,7 @@ import { RunGuard } from './resilience/guard.ts';
 import { createRuntime } from './runtime/index.ts';
 import type { Runtime } from './runtime/runtime.ts';
 import { createDb, DatabaseConnectError, type Db } from './store/database.ts';
+import { startTracing } from './tracing/setup.ts';
 import { liveIds } from './store/executions.repository.ts';
 import { migrateToLatest } from './store/migrate.ts';
 
@@ -224,6 +225,8 @@ async function main(): Promise<void> {
     throw err;
   }
   const logger = createLogger(config.log_level, config.log_format);
+  // Off unless OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is set (tracing/setup.ts).
+  const tracing = await startTracing({ version: VERSION });
   const service = await createService(config, { logger });
   await service.start();
   const refusal = unisolatedExposure((await service.runtime.health()).engine, config.host);
@@ -241,6 +244,7 @@ async function main(): Promise<void> {
     stopping = true;
     logger.info({ signal }, 'shutting down: no new work (503 while draining); waiting for running jobs');
     await drainAndClose(service, server);
+    await tracing.shutdown();
     logger.info('bye');
     process.exit(0);
   };

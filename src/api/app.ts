@@ -10,6 +10,7 @@ import { discardUnreadBodies, jsonBodiesOnly } from './middleware/body-rules.ts'
 import { hostGuard } from './middleware/host-guard.ts';
 import { httpMetrics } from './middleware/http-metrics.ts';
 import { requestContext } from './middleware/request-context.ts';
+import { requestTracing } from './middleware/tracing.ts';
 import { dlqRoutes } from './routes/dlq.ts';
 import { eventRoutes } from './routes/events.ts';
 import { executeRoutes } from './routes/execute.ts';
@@ -27,6 +28,7 @@ export function createApp(deps: AppDeps): Hono<AppEnv> {
   const app = new Hono<AppEnv>();
   app.use('*', httpMetrics(deps.metrics));
   app.use('*', requestContext(deps.logger));
+  app.use('*', requestTracing());
   // A body an early answer left unread is discarded after it, so the client can read that answer.
   app.use('*', discardUnreadBodies(deps.config.max_body_bytes));
   const tokens = deps.tokens;

@@ -45,5 +45,7 @@ export interface AppEnv {
      * an allowed Host), absent otherwise. Gates `/health`'s details and keys the event-stream caps.
      */
     principal?: string;
+    /** The W3C traceparent a submission's run continues (api/middleware/tracing.ts); absent without a trace. */
+    traceparent?: string;
   };
 }

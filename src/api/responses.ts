@@ -123,6 +123,10 @@ export const FullRecordSchema = v.pipe(
     startup_timeout: v.pipe(int, v.description('Startup time limit in seconds')),
     requirements: v.array(v.string()),
     correlation_id: v.nullable(v.string()),
+    trace_id: v.pipe(
+      v.nullable(v.string()),
+      v.description('The run\'s OpenTelemetry trace id (32 hex digits): the one of the traceparent the submission carried, or of the trace the service started; also on every log line of the run. Null without a trace.'),
+    ),
   }),
   ref('ExecutionRecordFull', 'SPEC §2.3 execution record with the extended fields (view=full).'),
 );

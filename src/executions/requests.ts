@@ -7,6 +7,7 @@ import type { Config } from '../config.ts';
 import { AppError } from '../errors.ts';
 import { jobRef, type JobType, type JobTypeRegistry } from '../jobtypes/job-type.ts';
 import type { NewExecutionRow } from '../store/database.ts';
+import { parseTraceparent } from '../tracing/spans.ts';
 import { canonical, sha256 } from '../util/json.ts';
 
 /** A submission after edge validation (SPEC §2.1). */
@@ -24,6 +25,8 @@ export interface Submission {
 export interface RequestMeta {
   correlationId: string;
   clientIp: string | null;
+  /** W3C traceparent the run's trace continues (the request's span, or the client's header). */
+  traceparent?: string | null;
 }
 
 /**
@@ -105,7 +108,14 @@ export function buildRow(
     attempts: started ? 1 : 0,
     client_ip: opts.meta.clientIp,
     correlation_id: opts.meta.correlationId,
+    ...traceColumns(opts.meta.traceparent),
   };
+}
+
+/** The record's trace columns for a traceparent (nothing when there is none). */
+function traceColumns(traceparent: string | null | undefined): { traceparent?: string; trace_id?: string } {
+  const p = parseTraceparent(traceparent);
+  return p && traceparent ? { traceparent: traceparent.trim(), trace_id: p.traceId } : {};
 }
 
 /**

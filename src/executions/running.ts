@@ -21,6 +21,9 @@ import { isDatabaseUnavailable, type Database, type Db, type ExecutionRow, type 
 import { insertDlq } from '../store/dlq.repository.ts';
 import type { NewRunEvent } from '../store/events.repository.ts';
 import { getExecution, insertExecution, settleRunning, updateExecutionIf } from '../store/executions.repository.ts';
+import { RunTrace } from '../tracing/run-trace.ts';
+import { SPAN } from '../tracing/run-spans.ts';
+import { withSpan } from '../tracing/spans.ts';
 import { parseJson, stringifyJson } from '../util/json.ts';
 import { classify, type Classification } from './classify.ts';
 import { afterFault, type AfterFault, type FaultFacts } from './requeue.ts';
@@ -88,7 +91,7 @@ export class Running {
       const hint = runtime.reserve ? setImmediate(() => this.reserve(row)) : undefined;
       let inserted: ExecutionRow;
       try {
-        inserted = await inserting;
+        inserted = await withSpan(SPAN.admission, { 'sandpod.mode': 'sync', 'sandpod.execution_id': row.id }, () => inserting);
       } finally {
         clearImmediate(hint);
       }
@@ -117,7 +120,7 @@ export class Running {
   }
 
   /** What the runtime is asked to run for a record (the build it pinned, even after a rebuild: issue #11). */
-  private specOf(row: Pick<ExecutionRow, 'id' | 'code' | 'input_data' | 'job_type' | 'job_ref' | 'timeout_s' | 'startup_timeout_s' | 'requirements'>): RunSpec {
+  private specOf(row: Pick<ExecutionRow, 'id' | 'code' | 'input_data' | 'job_type' | 'job_ref' | 'timeout_s' | 'startup_timeout_s' | 'requirements'>, traceparent?: string): RunSpec {
     const { config, registry } = this.o;
     const jt = pinnedJobType(registry, row.job_type, row.job_ref) ?? resolveJobType(registry, row.job_type);
     return {
@@ -130,6 +133,7 @@ export class Running {
       requirements: mergedRequirements(jt, row.requirements),
       maxStdoutBytes: config.max_stdout_bytes,
       maxArtifactBytes: config.max_artifact_bytes,
+      ...(traceparent ? { traceparent } : {}),
     };
   }
 
@@ -140,7 +144,10 @@ export class Running {
   async execute(row: ExecutionRow, opts: { adopt?: boolean; release?: () => void } = {}): Promise<ExecutionRow> {
     const { holders } = this.o;
     const signal = holders.hold(row.id);
-    const log = this.o.logger.child({ execution_id: row.id, correlation_id: row.correlation_id });
+    const claimedAt = this.o.clock.now();
+    const rt = RunTrace.start(row);
+    const log = this.o.logger.child({ execution_id: row.id, correlation_id: row.correlation_id, ...(rt.traceId ? { trace_id: rt.traceId } : {}) });
+    let settledRow: ExecutionRow = row;
     this.o.events?.onStarted?.(row);
     // GET /jobs/{id}/events: phases and output, written while this process holds the run.
     const events = new RunEventWriter({ db: this.o.db, executionId: row.id, maxBytes: this.o.config.max_stdout_bytes, clock: this.o.clock, logger: log });
@@ -153,7 +160,8 @@ export class Running {
       if (opts.adopt) await events.resume();
       else if (row.mode !== 'sync') events.status('running', 'starting', row.created_at);
       const progress = { userCodeStarted: false };
-      const outcome = await this.runGuarded(row, signal, opts.adopt ?? false, log, events, progress);
+      const outcome = await this.runGuarded(row, signal, opts.adopt ?? false, log, events, progress, rt.traceparent);
+      rt.stages(outcome.kind === 'ran' ? outcome.raw : null, { createdAt: new Date(row.created_at).getTime(), claimedAt, returnedAt: this.o.clock.now() });
       // The sandbox is gone: its worker slot can serve the next job while this one is recorded.
       opts.release?.();
       if (outcome.kind === 'gone') {
@@ -181,13 +189,17 @@ export class Running {
       // Stored with the verdict (what is still pending) or before it (what was written already): a
       // reader that sees the record terminal has all output.
       lastEvents = await events.closeForSettle();
-      return await this.whileUnavailable(signal, log, () => this.finalize(row, outcome, log, lastEvents, decision.failedBeforeStart));
+      const settling = this.o.clock.now();
+      settledRow = await this.whileUnavailable(signal, log, () => this.finalize(row, outcome, log, lastEvents, decision.failedBeforeStart));
+      rt.settled(settling, this.o.clock.now(), settledRow.status);
+      return settledRow;
     } catch (err) {
       log.error({ err }, 'finalizing a run failed');
       return await this.finalize(row, { kind: 'internal', type: 'internal_error', message: `internal error: ${errorMessage(err)}`, attempts: 1 }, log, lastEvents).catch(() => row);
     } finally {
       await events.close().catch(() => {});
       holders.release(row.id);
+      rt.end(settledRow.status, (settledRow.error as { type?: string } | null)?.type);
     }
   }
 
@@ -230,9 +242,9 @@ export class Running {
   }
 
   /** One run through the guard: breaker open → `service_unavailable`; engine failures retried. */
-  private async runGuarded(row: ExecutionRow, signal: AbortSignal, adopt: boolean, log: Logger, events: RunEventWriter, progress: { userCodeStarted: boolean }): Promise<Outcome> {
+  private async runGuarded(row: ExecutionRow, signal: AbortSignal, adopt: boolean, log: Logger, events: RunEventWriter, progress: { userCodeStarted: boolean }, traceparent: string | undefined): Promise<Outcome> {
     const { runtime, db, workerId } = this.o;
-    const spec = this.specOf(row);
+    const spec = this.specOf(row, traceparent);
     const jt = spec.jobType;
     log.info(
       { job_type: jt.name, mode: row.mode, requirements: spec.requirements.length, ...(adopt ? { adopted: true } : {}) },

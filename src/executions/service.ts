@@ -13,6 +13,8 @@ import { Holders } from '../queue/holders.ts';
 import type { Slots } from '../queue/slots.ts';
 import { AppError } from '../errors.ts';
 import type { ExecutionRow } from '../store/database.ts';
+import { SPAN } from '../tracing/run-spans.ts';
+import { withSpan } from '../tracing/spans.ts';
 import { cancelJob, type SettleWaiter } from './cancel.ts';
 import { buildRow, type RequestMeta, type Submission } from './requests.ts';
 import { Running, type RunningOptions } from './running.ts';
@@ -120,19 +122,19 @@ export class Executions {
    */
   async submitAsync(s: Submission, meta: RequestMeta, lineage?: Lineage): Promise<{ row: SubmittedJob; created: boolean }> {
     this.refuseWhileDraining();
-    return this.submissions.submit(s, meta, lineage);
+    return withSpan(SPAN.admission, { 'sandpod.mode': 'async', 'sandpod.job_type': s.job_type }, () => this.submissions.submit(s, meta, lineage));
   }
 
   /** Re-runs a finished job with the same code, input, job type and settings (SPEC §4.6). */
   async rerun(id: string, meta: RequestMeta): Promise<SubmittedJob> {
     this.refuseWhileDraining();
-    return this.submissions.rerun(id, meta);
+    return withSpan(SPAN.admission, { 'sandpod.mode': 'async', 'sandpod.relationship': 'rerun' }, () => this.submissions.rerun(id, meta));
   }
 
   /** Forks a finished job: new code, the original input, job type and settings (SPEC §4.7). */
   async fork(id: string, code: string, meta: RequestMeta): Promise<SubmittedJob> {
     this.refuseWhileDraining();
-    return this.submissions.fork(id, code, meta);
+    return withSpan(SPAN.admission, { 'sandpod.mode': 'async', 'sandpod.relationship': 'fork' }, () => this.submissions.fork(id, code, meta));
   }
 
   /**

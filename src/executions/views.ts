@@ -63,6 +63,7 @@ export function recordView(row: ExecutionRow, full: boolean, artifacts: Artifact
     startup_timeout: row.startup_timeout_s,
     requirements: row.requirements,
     correlation_id: row.correlation_id,
+    trace_id: row.trace_id ?? null,
   };
 }
 

@@ -21,6 +21,11 @@ export interface RunSpec {
   timeoutSec: number;
   /** Startup time limit (sandbox creation + dependency install), seconds. */
   startupTimeoutSec: number;
+  /**
+   * The W3C traceparent the program sees as `TRACEPARENT` (the run's span), so user code that uses
+   * OpenTelemetry continues the run's trace. Absent: no trace.
+   */
+  traceparent?: string;
   /** Requirements to install at run time: the job type's plus the request's, deduplicated. */
   requirements: string[];
   maxStdoutBytes: number;
@@ -84,6 +89,22 @@ export interface RunObservation {
   /** Trusted resource usage when the runtime can measure it (cgroups); otherwise the report's. */
   maxRssMb?: number;
   cpuTimeMs?: number;
+  /** The sandbox was a warm one claimed for this run (true) or started for it (false); absent when unknown. */
+  warm?: boolean;
+  /**
+   * Steps the runtime observed on its own path, for the run's trace (Kubernetes: the Job create, the
+   * scheduling wait, the attach), each timed from what it saw (API answers, pod conditions).
+   */
+  steps?: ObservedStep[];
+}
+
+/** One step of a run a runtime observed (a span of the run's trace, recorded after the fact). */
+export interface ObservedStep {
+  /** Span name, e.g. `sandpod.kube.schedule`. */
+  name: string;
+  start: Date;
+  end: Date;
+  attributes?: Record<string, string | number | boolean>;
 }
 
 /** A file collected from `/output`. */

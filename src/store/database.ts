@@ -72,6 +72,10 @@ export interface ExecutionsTable {
   retired_idempotency_key: string | null;
   client_ip: string | null;
   correlation_id: string | null;
+  /** W3C traceparent the run's trace continues (migration 0008); null without a trace. */
+  traceparent: string | null;
+  /** The trace id of `traceparent`, for the record and the logs. */
+  trace_id: string | null;
 }
 
 /** Artifact metadata and bytes (SPEC §2.5); `kind` is `output` or `input`. */

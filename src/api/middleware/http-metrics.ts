@@ -43,7 +43,7 @@ export function httpMetrics(metrics: Metrics): MiddlewareHandler {
  * that answers). Middleware mounted with `use()` on a wildcard (`*`, `/jobs/*`) matches every path
  * below it, so it does not make a request "matched".
  */
-function routeTemplate(routes: ReadonlyArray<{ method: string; path: string }>): string {
+export function routeTemplate(routes: ReadonlyArray<{ method: string; path: string }>): string {
   const endpoint = routes.find((r) => !(r.method === ANY_METHOD && r.path.endsWith('*')));
   return endpoint?.path ?? UNMATCHED_ROUTE;
 }

@@ -3,7 +3,7 @@ import { Hono } from 'hono';
 import { describeRoute } from 'hono-openapi';
 import { AppError } from '../../errors.ts';
 import { queueStatus, syncView } from '../../executions/index.ts';
-import { clientIp } from '../client-ip.ts';
+import { requestMeta } from '../request-meta.ts';
 import { clientGoneSignal } from '../request-header.ts';
 import type { AppDeps, AppEnv } from '../deps.ts';
 import { bodyValidator, errorResponses, jsonResponse } from '../openapi.ts';
@@ -36,7 +36,7 @@ export function executeRoutes(deps: AppDeps) {
     bodyValidator(schemas.sync, limit, refuseWhenStopping),
     async (c) => {
       const body = c.req.valid('json');
-      const meta = { correlationId: c.get('correlationId'), clientIp: clientIp(c) };
+      const meta = requestMeta(c);
       const row = await deps.executions.runSync(body, meta, clientGoneSignal(c));
       deps.metrics.submissions.inc({ mode: 'sync', outcome: 'created' });
       const view = syncView(row);
@@ -67,7 +67,7 @@ export function executeRoutes(deps: AppDeps) {
     bodyValidator(schemas.async, limit, refuseWhenStopping),
     async (c) => {
       const body = c.req.valid('json');
-      const meta = { correlationId: c.get('correlationId'), clientIp: clientIp(c) };
+      const meta = requestMeta(c);
       const { row, created } = await deps.executions.submitAsync(body, meta);
       deps.metrics.submissions.inc({ mode: 'async', outcome: created ? 'created' : 'idempotent_replay' });
       return c.json(

@@ -6,7 +6,7 @@ import { describeRoute } from 'hono-openapi';
 import { AppError } from '../../errors.ts';
 import type { StoredRecord } from '../../executions/history.ts';
 import { isTerminal, queueStatus, type SubmittedJob } from '../../executions/index.ts';
-import { clientIp } from '../client-ip.ts';
+import { requestMeta } from '../request-meta.ts';
 import type { AppDeps, AppEnv } from '../deps.ts';
 import { noBody } from '../middleware/body-rules.ts';
 import { bodyValidator, errorResponses, jsonResponse, pathParam, queryValidator, type ParamDoc, type ResponseDoc } from '../openapi.ts';
@@ -145,7 +145,7 @@ export function jobRoutes(deps: AppDeps) {
     }),
     noBody(),
     async (c) => {
-      const meta = { correlationId: c.get('correlationId'), clientIp: clientIp(c) };
+      const meta = requestMeta(c);
       const row = await deps.executions.rerun(c.req.param('id'), meta);
       return c.json(lineageView(row), 202);
     },
@@ -163,7 +163,7 @@ export function jobRoutes(deps: AppDeps) {
     bodyValidator(schemas.fork, deps.config.max_body_bytes),
     async (c) => {
       const body = c.req.valid('json');
-      const meta = { correlationId: c.get('correlationId'), clientIp: clientIp(c) };
+      const meta = requestMeta(c);
       const row = await deps.executions.fork(c.req.param('id'), body.code, meta);
       return c.json(lineageView(row), 202);
     },

@@ -1,0 +1,109 @@
+/**
+ * One trace per run (issue 21), exported over OTLP/HTTP to a real receiver the test runs: the span
+ * tree of a sync run and of an async run (whose trace crosses the queue with its record), the
+ * program's TRACEPARENT, and the record's trace_id. Real service, real database, real sandbox.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTracing, type Tracing } from '../../../src/tracing/setup.ts';
+import { OtlpReceiver } from '../../support/otlp-receiver.ts';
+import { startTestService, type TestService } from '../../support/service.ts';
+
+let receiver: OtlpReceiver;
+let tracing: Tracing;
+let svc: TestService;
+
+beforeAll(async () => {
+  receiver = await OtlpReceiver.start();
+  // The SDK reads its settings from the environment when it starts (the service's own way).
+  process.env.OTEL_EXPORTER_OTLP_ENDPOINT = receiver.url;
+  try {
+    tracing = await startTracing({ version: 'test' });
+  } finally {
+    delete process.env.OTEL_EXPORTER_OTLP_ENDPOINT;
+  }
+  svc = await startTestService();
+}, 120_000);
+
+afterAll(async () => {
+  await svc?.close();
+  await tracing?.shutdown();
+  await receiver?.close();
+});
+
+/** Waits until the trace holds a span named `name` (the exporter batches), flushing meanwhile. */
+async function waitForSpan(traceId: string, name: string): Promise<void> {
+  for (let i = 0; i < 100; i++) {
+    await tracing.flush();
+    if (receiver.trace(traceId).some((s) => s.name === name)) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`no span ${name} in trace ${traceId}:\n${receiver.tree(traceId)}`);
+}
+
+const PRINT_TRACEPARENT = 'import os\nprint(os.environ.get("TRACEPARENT", "none"))';
+
+describe('tracing on', () => {
+  it('a sync run continues the client\'s traceparent: request, admission, run and its stages in one tree', async () => {
+    const traceId = '4bf92f3577b34da6a3ce929d0e0e4736';
+    const clientSpan = '00f067aa0ba902b7';
+    const res = await svc.post('/execute', { code: PRINT_TRACEPARENT }, { traceparent: `00-${traceId}-${clientSpan}-01` });
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as { execution_id: string; stdout: string; success: boolean };
+    expect(body.success).toBe(true);
+    await waitForSpan(traceId, 'POST /execute');
+    expect(receiver.rejected).toEqual([]);
+    expect(receiver.tree(traceId)).toBe(
+      ['POST /execute', '  sandpod.admission', '  sandpod.run', '    sandpod.collection', '    sandpod.execution', '    sandpod.sandbox', '    sandpod.settle'].join('\n'),
+    );
+    const http = receiver.one(traceId, 'POST /execute');
+    expect(http.parentSpanId).toBe(clientSpan);
+    expect(http.kind).toBe(2); // SERVER
+    expect(http.attributes).toMatchObject({ 'http.route': '/execute', 'http.response.status_code': 200 });
+    expect(http.resource['service.name']).toBe('sandpod');
+    const run = receiver.one(traceId, 'sandpod.run');
+    expect(run.attributes).toMatchObject({ 'sandpod.execution_id': body.execution_id, 'sandpod.mode': 'sync', 'sandpod.status': 'succeeded' });
+    expect(receiver.one(traceId, 'sandpod.sandbox').attributes['sandpod.sandbox.path']).toBe('cold');
+    // The program continues the run's span.
+    expect(body.stdout.trim()).toBe(`00-${traceId}-${run.spanId}-01`);
+    // Stages lie inside the run, in order.
+    const exec = receiver.one(traceId, 'sandpod.execution');
+    const settle = receiver.one(traceId, 'sandpod.settle');
+    expect(exec.startMs).toBeGreaterThanOrEqual(receiver.one(traceId, 'sandpod.sandbox').startMs);
+    expect(settle.startMs).toBeGreaterThanOrEqual(exec.endMs - 1);
+    expect(run.endMs).toBeGreaterThanOrEqual(settle.endMs);
+    const full = (await (await svc.get(`/jobs/${body.execution_id}?view=full`)).json()) as { trace_id: string | null };
+    expect(full.trace_id).toBe(traceId);
+  });
+
+  it('an async run carries the trace of the request that queued it across the queue', async () => {
+    const res = await svc.post('/execute/async', { code: PRINT_TRACEPARENT });
+    expect(res.status).toBe(202);
+    const { job_id } = (await res.json()) as { job_id: string };
+    const done = await svc.get(`/jobs/${job_id}/result?wait=true&timeout=60`);
+    expect(done.status).toBe(200);
+    const full = (await (await svc.get(`/jobs/${job_id}?view=full`)).json()) as { trace_id: string | null; stdout: string };
+    expect(full.trace_id).toMatch(/^[0-9a-f]{32}$/);
+    const traceId = full.trace_id!;
+    await waitForSpan(traceId, 'sandpod.run');
+    expect(receiver.tree(traceId)).toBe(
+      [
+        'POST /execute/async',
+        '  sandpod.admission',
+        '  sandpod.run',
+        '    sandpod.collection',
+        '    sandpod.execution',
+        '    sandpod.queue_wait',
+        '    sandpod.sandbox',
+        '    sandpod.settle',
+      ].join('\n'),
+    );
+    const http = receiver.one(traceId, 'POST /execute/async');
+    expect(http.parentSpanId).toBe('');
+    const run = receiver.one(traceId, 'sandpod.run');
+    expect(run.attributes).toMatchObject({ 'sandpod.execution_id': job_id, 'sandpod.mode': 'async' });
+    const wait = receiver.one(traceId, 'sandpod.queue_wait');
+    expect(wait.startMs).toBe(run.startMs);
+    expect(wait.endMs).toBeLessThanOrEqual(receiver.one(traceId, 'sandpod.sandbox').startMs + 1);
+    expect(full.stdout.trim()).toBe(`00-${traceId}-${run.spanId}-01`);
+  });
+});
