@@ -728,6 +728,8 @@ export interface components {
             /** @description Execution time limit in seconds */
             timeout: number;
             timing: components["schemas"]["Timing"] | null;
+            /** @description The run's OpenTelemetry trace id (32 hex digits): the one of the traceparent the submission carried, or of the trace the service started; also on every log line of the run. Null without a trace. */
+            trace_id: string | null;
         };
         /** @description SPEC §2.8 page. */
         ExecutionsPage: {

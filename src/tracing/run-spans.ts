@@ -41,7 +41,7 @@ export interface RunFacts {
   returnedAt: number;
 }
 
-/** The spans of a run's stages, in order; stages that did not happen (or took no time) are left out. */
+/** The spans of a run's stages, in order; stages that did not happen are left out. */
 export function planRunSpans(raw: RawRun | null, f: RunFacts): PlannedSpan[] {
   const out: PlannedSpan[] = [];
   if (f.mode === 'async' && f.claimedAt > f.createdAt) out.push({ name: SPAN.queueWait, start: f.createdAt, end: f.claimedAt });
@@ -62,7 +62,8 @@ export function planRunSpans(raw: RawRun | null, f: RunFacts): PlannedSpan[] {
     out.push({ name: SPAN.execution, start: startupEnd, end: execEnd, attributes: attrs });
   }
   const collectFrom = reachedExecution ? execEnd : startupEnd;
-  if (f.returnedAt > collectFrom) out.push({ name: SPAN.collection, start: collectFrom, end: f.returnedAt, attributes: { 'sandpod.artifacts': raw.artifacts.length } });
+  // Always there (a warm run's may take under a millisecond), never ending before it starts.
+  out.push({ name: SPAN.collection, start: collectFrom, end: Math.max(collectFrom, f.returnedAt), attributes: { 'sandpod.artifacts': raw.artifacts.length } });
   for (const s of o.steps ?? []) {
     out.push({ name: s.name, start: s.start.getTime(), end: Math.max(s.start.getTime(), s.end.getTime()), ...(s.attributes ? { attributes: s.attributes } : {}) });
   }

@@ -48,8 +48,9 @@ CLI
                             program's, exactly as with `python PATH`.
     --wait                  warm sandbox (local runtime): start, load everything, fork the program's
                             process (held until the go line), write `ready\n` to the phase fd, then block reading one line from stdin: a JSON object
-                            {"timeout": SECONDS, "max_stream_bytes": N} (both optional) that overrides
-                            those options. The host writes the program and its input into the
+                            {"timeout": SECONDS, "max_stream_bytes": N, "env": {"KEY": "VALUE"}} (all
+                            optional) that overrides those options; "env" adds to the program's
+                            environment what only the run knows (its TRACEPARENT). The host writes the program and its input into the
                             (read-only to the sandbox) /code and /input mounts before that line (on
                             Kubernetes the pod's collector does, see --go-port), or puts them in the
                             line as "code" and "input" strings: the runner then writes them to the

@@ -19,6 +19,8 @@ class Args:
 
     def __init__(self):
         self.env = []
+        # --wait: variables the go line adds to the program's environment (its TRACEPARENT).
+        self.go_env = {}
         self.python_path = []
         self.rlimits = []
 

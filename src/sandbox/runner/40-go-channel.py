@@ -61,6 +61,13 @@ def wait_for_go(a, src=0):
         files = [(a.code, msg['code'])] if 'code' in msg else []
         if 'input' in msg:
             files.append((a.input, msg['input']))
+        # What only the run knows (its TRACEPARENT): it crosses the gate to the held child as
+        # KEY=VALUE lines, so neither may hold a newline, and the key no '='.
+        env = msg.get('env', {})
+        for k, v in env.items():
+            if not (isinstance(k, str) and isinstance(v, str)) or not k or '=' in k or any(c in k + v for c in '\n\0'):
+                raise TypeError('env')
+        a.go_env = env
         for path, text in files:
             if not isinstance(text, str):
                 raise TypeError(path)

@@ -99,10 +99,16 @@ def main():
             os.close(gate_w)
             if a.warm_up:
                 warm_up()
-            # EOF: the runner ended without a go line (a retired sandbox); nothing runs.
-            if not os.read(gate_r, 1):
+            # EOF: the runner ended without a go line (a retired sandbox); nothing runs. The go byte
+            # may be followed by the go line's environment, KEY=VALUE lines (one write, one read).
+            go = os.read(gate_r, 4096)
+            if not go:
                 os._exit(0)
             os.close(gate_r)
+            for line in go[1:].split(b'\n'):
+                if line:
+                    k, v = line.decode('utf-8', 'surrogateescape').split('=', 1)
+                    os.environ[k] = v
         if relay is not None:
             url = 'http://127.0.0.1:%d' % relay.getsockname()[1]
             relay.close()
@@ -119,7 +125,10 @@ def main():
         os.close(gate_r)
         wait_for_go(a, accept_go(a, go_listener) if go_listener is not None else 0)
         t0 = time.monotonic()
-        os.write(gate_w, b'g')
+        go_env = b''.join(('%s=%s\n' % kv).encode('utf-8', 'surrogateescape') for kv in a.go_env.items())
+        if len(go_env) >= 4000:
+            die('go line environment too large')  # one pipe write must carry it whole
+        os.write(gate_w, b'g' + go_env)
         os.close(gate_w)
         # After the gate: the program need not wait for this. The marker still comes before any of
         # its output (only this process writes the phase fd, and frames start below).

@@ -107,3 +107,48 @@ describe('tracing on', () => {
     expect(full.stdout.trim()).toBe(`00-${traceId}-${run.spanId}-01`);
   });
 });
+
+describe('tracing on, warm sandbox (local runtime)', () => {
+  let warm: TestService;
+  beforeAll(async () => {
+    warm = await startTestService({ warm_pool: { sizes: { default: 1 } } });
+  }, 120_000);
+  afterAll(async () => {
+    await warm?.close();
+  });
+
+  it.skipIf(process.getuid?.() !== 0)('a warm hit is a warm sandbox span, and the program gets TRACEPARENT through the go line', async () => {
+    // Until the pool has a ready sandbox (it starts with the service).
+    for (let i = 0; i < 600 && !(warm.runtime.warmPoolStats?.() ?? []).some((s) => s.job_type === 'default' && s.ready > 0); i++) await new Promise((r) => setTimeout(r, 100));
+    const traceId = 'a1b2c3d4e5f60718293a4b5c6d7e8f90';
+    const res = await warm.post('/execute', { code: PRINT_TRACEPARENT }, { traceparent: `00-${traceId}-1111222233334444-01` });
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as { stdout: string; success: boolean };
+    expect(body.success).toBe(true);
+    await waitForSpan(traceId, 'POST /execute');
+    expect(receiver.tree(traceId)).toBe(
+      ['POST /execute', '  sandpod.admission', '  sandpod.run', '    sandpod.collection', '    sandpod.execution', '    sandpod.sandbox', '    sandpod.settle'].join('\n'),
+    );
+    expect(receiver.one(traceId, 'sandpod.sandbox').attributes).toMatchObject({ 'sandpod.sandbox.path': 'warm', 'sandpod.sandbox.warm': true });
+    expect(body.stdout.trim()).toBe(`00-${traceId}-${receiver.one(traceId, 'sandpod.run').spanId}-01`);
+    expect((warm.runtime.warmPoolStats?.() ?? []).find((s) => s.job_type === 'default')?.hits).toBe(1);
+  });
+});
+
+describe('tracing off', () => {
+  it('a client traceparent still reaches the record and the program; nothing is exported', async () => {
+    await tracing.shutdown();
+    const before = receiver.spans.length;
+    const traceId = '0af7651916cd43dd8448eb211c80319c';
+    const res = await svc.post('/execute', { code: PRINT_TRACEPARENT }, { traceparent: `00-${traceId}-b7ad6b7169203331-01` });
+    const body = (await res.json()) as { stdout: string; execution_id: string };
+    expect(body.stdout.trim()).toBe(`00-${traceId}-b7ad6b7169203331-01`);
+    const full = (await (await svc.get(`/jobs/${body.execution_id}?view=full`)).json()) as { trace_id: string | null };
+    expect(full.trace_id).toBe(traceId);
+    const plain = (await (await svc.post('/execute', { code: PRINT_TRACEPARENT })).json()) as { stdout: string; execution_id: string };
+    expect(plain.stdout.trim()).toBe('none');
+    expect(((await (await svc.get(`/jobs/${plain.execution_id}?view=full`)).json()) as { trace_id: string | null }).trace_id).toBeNull();
+    await new Promise((r) => setTimeout(r, 300));
+    expect(receiver.spans.length).toBe(before);
+  });
+});

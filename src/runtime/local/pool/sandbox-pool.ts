@@ -77,7 +77,7 @@ export interface WarmSandbox {
   /** CPU the cgroup used before the claim (interpreter and engine start), ms. */
   cpuBeforeMs: number;
   /** Hands the program over: the run directory's files are written already; this sends the go line. */
-  go(timeoutSec: number, maxStreamBytes: number): void;
+  go(timeoutSec: number, maxStreamBytes: number, env?: Record<string, string>): void;
   /** Kills it and removes everything of it (background). */
   destroy(): Promise<void>;
 }
@@ -363,7 +363,7 @@ export class SandboxPool {
       runscId: e.runscId,
       cpuBeforeMs,
       proc: { onStdout: route('out'), onStderr: route('err'), kill: () => e.proc.kill(), closed: e.proc.closed },
-      go: (timeoutSec, maxStreamBytes) => e.proc.input(`${JSON.stringify({ timeout: timeoutSec, max_stream_bytes: maxStreamBytes })}\n`),
+      go: (timeoutSec, maxStreamBytes, env = {}) => e.proc.input(`${JSON.stringify({ timeout: timeoutSec, max_stream_bytes: maxStreamBytes, ...(Object.keys(env).length ? { env } : {}) })}\n`),
       destroy: () => this.destroy(e),
     };
   }

@@ -4,6 +4,7 @@
  * rlimits, from the job type and the run directory.
  */
 import type { JobType } from '../../../jobtypes/job-type.ts';
+import type { RunSpec } from '../../runtime.ts';
 import type { RunDir } from './run-dir.ts';
 import { EGRESS_DIR, type SandboxSpec } from '../sandbox.ts';
 
@@ -16,6 +17,15 @@ export function programEnv(pythonPath: string[], jobEnv: Record<string, string>,
   if (pythonPath.length) env.PYTHONPATH = pythonPath.join(':');
   for (const [k, v] of Object.entries(jobEnv)) env[k] = v;
   return env;
+}
+
+/**
+ * What only this run adds to the program's environment: its `TRACEPARENT` (the run's span), so user
+ * code that uses OpenTelemetry continues the run's trace. Cold runs get it on the command line and in
+ * the sandbox's environment; warm ones in the go line.
+ */
+export function runEnv(spec: Pick<RunSpec, 'traceparent'>): Record<string, string> {
+  return spec.traceparent ? { TRACEPARENT: spec.traceparent } : {};
 }
 
 /** What {@link runnerSandbox} needs to know about one run. */
@@ -46,6 +56,8 @@ export interface RunnerCommandOptions {
   sh: string;
   /** The run's cgroup.procs files (empty without cgroups, or when a warm process is in them already). */
   procsFiles: string[];
+  /** Added to the job type's environment for this run ({@link runEnv}). */
+  runEnv?: Record<string, string>;
 }
 
 /** The sandbox of one run: `runner.py` with the run's limits, mounts and network. */
@@ -55,7 +67,7 @@ export function runnerSandbox(o: RunnerCommandOptions): SandboxSpec {
     id: rd.id,
     dir: rd.dir,
     argv: runnerArgv(o),
-    env: programEnv(o.deps ? [rd.at('/deps')] : [], jt.env, rd.host.engine === 'process' ? rd.at('/tmp') : '/tmp'),
+    env: programEnv(o.deps ? [rd.at('/deps')] : [], { ...jt.env, ...o.runEnv }, rd.host.engine === 'process' ? rd.at('/tmp') : '/tmp'),
     cwd: '/tmp',
     mounts: rd.mounts,
     network: jt.network.mode === 'bridge' && !o.egress,
@@ -96,7 +108,7 @@ function runnerArgv(o: RunnerCommandOptions): string[] {
     ...(o.cgroups ? [] : ['--rlimit', `nproc=${jt.maxProcesses}`, '--rlimit', `as=${o.memoryBytes}`]),
     ...(o.deps ? ['--python-path', rd.at('/deps')] : []),
     ...(o.egress ? ['--egress-proxy', `${EGRESS_DIR}/proxy.sock`] : []),
-    ...Object.entries(jt.env).map(([k, v]) => `--env=${k}=${v}`),
+    ...Object.entries({ ...jt.env, ...o.runEnv }).map(([k, v]) => `--env=${k}=${v}`),
   ];
   if (rd.host.engine === 'process') argv.push('--cwd', rd.at('/tmp'), '--tmp', rd.at('/tmp'));
   return argv;

@@ -17,7 +17,7 @@ import type { EngineName } from '../engines.ts';
 import { EGRESS_DIR, WRAPPER_FAILED_EXIT } from '../sandbox.ts';
 import { EgressProxy } from './egress-proxy.ts';
 import { superviseLaunch, type LaunchResult } from './proc.ts';
-import { runnerSandbox } from './runner-command.ts';
+import { runnerSandbox, runEnv } from './runner-command.ts';
 import type { RunContext, RunState } from './run-state.ts';
 
 /** Longest Unix socket path Linux takes (sun_path is 108 bytes with its NUL). */
@@ -120,6 +120,7 @@ export async function execute(ctx: RunContext, s: RunState, memoryBytes: number)
     inProcess: inProc,
     sh: p.host.waitingShell(),
     procsFiles: s.cgroup?.procsFiles ?? [],
+    runEnv: runEnv(spec),
   });
   const launch = p.host.launch(sandbox, s.warm !== null);
   const res = await superviseLaunch(launch, {

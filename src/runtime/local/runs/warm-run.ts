@@ -7,6 +7,7 @@
 import type { RawRun, RunObservation, RunOptions, RunSpec } from '../../runtime.ts';
 import type { WarmSandbox } from '../pool/sandbox-pool.ts';
 import { collectRun } from './collect.ts';
+import { runEnv } from './runner-command.ts';
 import { superviseLaunch } from './proc.ts';
 import type { Prepared, RunContext, RunState } from './run-state.ts';
 import { finish, observe } from './steps.ts';
@@ -29,7 +30,8 @@ export async function runWarm(
 ): Promise<RawRun> {
   const s: RunState = { spec, options, p, interpreter: '', t0, obs, rd: w.rd, depsDir: null, egress: null, warm: null, cgroup: w.cgroup };
   try {
-    w.go(spec.timeoutSec, spec.maxStdoutBytes);
+    obs.warm = true;
+    w.go(spec.timeoutSec, spec.maxStdoutBytes, runEnv(spec));
     const res = await superviseLaunch(null, {
       clock: ctx.clock,
       startupDeadline: t0 + spec.startupTimeoutSec * 1000,
