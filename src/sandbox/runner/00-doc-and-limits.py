@@ -63,7 +63,11 @@ CLI
                             for a program's success). The run then goes on as
                             without --wait, and after the report is written the runner writes
                             `done N\n` (N its exit status) to the phase fd, so the host need not wait
-                            for the sandbox's teardown. Not with --exec or --egress-proxy.
+                            for the sandbox's teardown. Not with --exec. With --egress-proxy the
+                            relay starts at the go line. The go line may carry "proxy": a URL (e.g.
+                            http://run-credential@proxy:3128, Kubernetes pool pods with allowed_hosts)
+                            that the program's HTTP(S)_PROXY and ALL_PROXY (both cases) are set to at
+                            the go: a per-run credential is never baked into a sandbox at its start.
     --go-port PORT          with --wait (Kubernetes pool pods): the go line and the phase lines travel over
                             one TCP connection on 127.0.0.1:PORT instead of stdin and the phase fd. The
                             runner listens before anything else runs in the pod (so no program can hold
@@ -78,6 +82,13 @@ CLI
                             and exit write is its own already (see warm_up). For sandboxes that wait long
                             before their go line (a local pool); it costs CPU right at start, which a pod
                             whose go line comes at once (a CPU-limited cold pod) would wait for.
+    --preload M1,M2         with --wait: the program's process imports these modules (comma-separated,
+                            repeatable) before it waits for the go line, with the program's rlimits and
+                            environment, so the program's own `import` costs nothing. What the imports
+                            print goes to the runner's stderr (its log), not into the program's
+                            streams. A module that fails to import is logged there (`sandpod runner:
+                            preload of M failed, skipped: ...`) and skipped, with whatever it imported
+                            dropped from sys.modules, so the program then gets the real error.
     --prompt-exit           the host measures the run's resources itself (the local runtime's cgroups),
                             so the runner need not wait for the kernel to tear the program's process
                             down (about half a millisecond for a forked interpreter) to learn its exit

@@ -23,6 +23,7 @@ class Args:
         self.go_env = {}
         self.python_path = []
         self.rlimits = []
+        self.preload = []
 
 
 def die(msg):
@@ -34,7 +35,8 @@ def parse_args(argv):
     a = Args()
     i = 0
     valued = {'--code', '--input', '--output', '--timeout', '--max-stream-bytes', '--phase-fd', '--env',
-              '--python-path', '--rlimit', '--cwd', '--tmp', '--egress-proxy', '--go-port'}
+              '--python-path', '--rlimit', '--cwd', '--tmp', '--egress-proxy', '--go-port',
+              '--preload'}
     while i < len(argv):
         opt = argv[i]
         val = None
@@ -89,6 +91,8 @@ def parse_args(argv):
                 a.warm_up = True
             elif opt == '--go-port':
                 a.go_port = int(val)
+            elif opt == '--preload':
+                a.preload.extend(m for m in val.split(',') if m)
             elif opt == '--reexeced':
                 a.reexeced = True
             else:

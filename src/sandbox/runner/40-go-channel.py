@@ -67,6 +67,13 @@ def wait_for_go(a, src=0):
         for k, v in env.items():
             if not (isinstance(k, str) and isinstance(v, str)) or not k or '=' in k or any(c in k + v for c in '\n\0'):
                 raise TypeError('env')
+        if msg.get('proxy') is not None:
+            proxy = msg['proxy']
+            # Crosses the gate as env lines: one line of text.
+            if not isinstance(proxy, str) or not proxy or any(ord(c) < 32 or ord(c) == 127 for c in proxy):
+                raise TypeError('proxy')
+            # The run's proxy URL (a per-run credential): set at the go, never at start.
+            env = dict(env, **{k: proxy for k in PROXY_VARS})
         a.go_env = env
         for path, text in files:
             if not isinstance(text, str):
@@ -80,5 +87,48 @@ def wait_for_go(a, src=0):
     null = os.open('/dev/null', os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
+
+
+PROXY_VARS = ('HTTP_PROXY', 'HTTPS_PROXY', 'ALL_PROXY', 'http_proxy', 'https_proxy', 'all_proxy')
+
+
+def set_proxy_env(url):
+    """Points the program's proxy variables (both cases) at `url`; NO_PROXY goes."""
+    for k in ('NO_PROXY', 'no_proxy'):
+        os.environ.pop(k, None)
+    for k in PROXY_VARS:
+        os.environ[k] = url
+
+
+def preload(modules, log_fd):
+    """--preload, in the held child: imports each module before the go line, so the program's own
+    import finds it in sys.modules. What the imports print goes to the runner's log (`log_fd`, the
+    runner's stderr), not into the program's streams. A module that fails is logged there and skipped
+    (whatever it half-imported is dropped), so the program gets the real error when it imports it."""
+    saved = (os.dup(1), os.dup(2))
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    try:
+        for name in modules:
+            before = set(sys.modules)
+            try:
+                __import__(name)
+            except BaseException as e:  # noqa: B902 — SystemExit or KeyboardInterrupt from a module too
+                for m in set(sys.modules) - before:
+                    sys.modules.pop(m, None)
+                try:
+                    os.write(log_fd, ('sandpod runner: preload of %s failed, skipped: %s: %s\n' % (name, type(e).__name__, e)).encode('utf-8', 'replace'))
+                except OSError:
+                    pass
+    finally:
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except BaseException:
+                pass
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
 
 

@@ -38,8 +38,10 @@ def main():
     import time
     import _signal as signal  # the C module: `signal` would import enum and collections
 
-    if a.wait and (a.exec_mode or a.egress_proxy):
-        die('--wait cannot be combined with --exec or --egress-proxy')
+    if a.wait and a.exec_mode:
+        die('--wait cannot be combined with --exec')
+    if a.preload and not a.wait:
+        die('--preload needs --wait')
 
     out_dir = a.output
 
@@ -80,6 +82,8 @@ def main():
     except OSError as e:
         die('cannot fork: %s' % e)
     if pid == 0:
+        # The runner's own stderr, for what preload says (closed before the program exists).
+        log_fd = os.dup(2) if a.preload else -1
         signal.set_wakeup_fd(-1)
         for fd in (wake_r, wake_w, out_r, err_r, info_r):
             os.close(fd)
@@ -97,6 +101,9 @@ def main():
         set_dumpable(True)
         if a.wait:
             os.close(gate_w)
+            if a.preload:
+                preload(a.preload, log_fd)
+                os.close(log_fd)
             if a.warm_up:
                 warm_up()
             # EOF: the runner ended without a go line (a retired sandbox); nothing runs. The go byte
@@ -109,13 +116,15 @@ def main():
                 if line:
                     k, v = line.decode('utf-8', 'surrogateescape').split('=', 1)
                     os.environ[k] = v
+            # A proxy from the go line (its `proxy`, a per-run credential) is the run's only way
+            # out: NO_PROXY must not send anything around it.
+            if any(k in os.environ for k in PROXY_VARS):
+                for k in ('NO_PROXY', 'no_proxy'):
+                    os.environ.pop(k, None)
         if relay is not None:
             url = 'http://127.0.0.1:%d' % relay.getsockname()[1]
             relay.close()
-            for k in ('NO_PROXY', 'no_proxy'):
-                os.environ.pop(k, None)
-            for k in ('HTTP_PROXY', 'HTTPS_PROXY', 'ALL_PROXY', 'http_proxy', 'https_proxy', 'all_proxy'):
-                os.environ[k] = url
+            set_proxy_env(url)
         child(a, InfoPipe(info_w))
         os._exit(EXIT_RUNNER_ERROR)  # not reached
     os.close(out_w)
