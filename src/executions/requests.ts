@@ -7,7 +7,7 @@ import type { Config } from '../config.ts';
 import { AppError } from '../errors.ts';
 import { jobRef, type JobType, type JobTypeRegistry } from '../jobtypes/job-type.ts';
 import type { NewExecutionRow } from '../store/database.ts';
-import { parseTraceparent } from '../tracing/spans.ts';
+import { normalTraceparent, parseTraceparent } from '../tracing/spans.ts';
 import { canonical, sha256 } from '../util/json.ts';
 
 /** A submission after edge validation (SPEC §2.1). */
@@ -115,7 +115,8 @@ export function buildRow(
 /** The record's trace columns for a traceparent (nothing when there is none). */
 function traceColumns(traceparent: string | null | undefined): { traceparent?: string; trace_id?: string } {
   const p = parseTraceparent(traceparent);
-  return p && traceparent ? { traceparent: traceparent.trim(), trace_id: p.traceId } : {};
+  const normal = normalTraceparent(traceparent);
+  return p && normal ? { traceparent: normal, trace_id: p.traceId } : {};
 }
 
 /**

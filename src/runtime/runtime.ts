@@ -32,6 +32,15 @@ export interface RunSpec {
   maxArtifactBytes: number;
 }
 
+/**
+ * What only this run adds to the program's environment: its `TRACEPARENT` (the run's span), so user
+ * code that uses OpenTelemetry continues the run's trace. Every path passes it: a cold run on the
+ * runner's command line (and, locally, the sandbox's environment), a warm one in the go line.
+ */
+export function runEnv(spec: Pick<RunSpec, 'traceparent'>): Record<string, string> {
+  return spec.traceparent ? { TRACEPARENT: spec.traceparent } : {};
+}
+
 /** The runner's report (`/output/.svc_report.json`). Untrusted: the user's code could have written it. */
 export interface RunnerReport {
   phase?: string;

@@ -7,7 +7,7 @@
 import { SpanStatusCode, trace, type Span } from '@opentelemetry/api';
 import type { RawRun } from '../runtime/runtime.ts';
 import { planRunSpans, SPAN, type RunFacts } from './run-spans.ts';
-import { contextOf, isTracing, parseTraceparent, recordSpan, startSpan, traceparentOf } from './spans.ts';
+import { contextOf, isTracing, normalTraceparent, parseTraceparent, recordSpan, startSpan, traceparentOf } from './spans.ts';
 
 /** What a run's trace needs of its record. */
 export interface TracedRow {
@@ -32,7 +32,7 @@ export class RunTrace {
   static start(row: TracedRow): RunTrace {
     const stored = parseTraceparent(row.traceparent);
     const mode = row.mode === 'sync' ? 'sync' : 'async';
-    if (!isTracing()) return new RunTrace(stored ? row.traceparent!.trim() : undefined, stored?.traceId, null, mode);
+    if (!isTracing()) return new RunTrace(normalTraceparent(row.traceparent) ?? undefined, stored?.traceId, null, mode);
     const span = startSpan(SPAN.run, {
       parent: contextOf(row.traceparent),
       startTime: new Date(row.created_at),

@@ -20,6 +20,15 @@ export function parseTraceparent(header: string | null | undefined): { traceId: 
   return { traceId: sc.traceId, spanId: sc.spanId, sampled: (sc.traceFlags & 1) === 1 };
 }
 
+/**
+ * A header's traceparent rewritten as version 00 from its parsed parts, or null when invalid: what is
+ * stored and passed to the program is never the client's raw text (a future version may carry more).
+ */
+export function normalTraceparent(header: string | null | undefined): string | null {
+  const p = parseTraceparent(header);
+  return p ? `00-${p.traceId}-${p.spanId}-${p.sampled ? '01' : '00'}` : null;
+}
+
 /** The traceparent of a span (version 00). */
 export function traceparentOf(span: Span): string {
   const sc = span.spanContext();

@@ -10,7 +10,7 @@
 import { context, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import type { MiddlewareHandler } from 'hono';
 import { matchedRoutes } from 'hono/route';
-import { contextOf, isTracing, parseTraceparent, startSpan, traceparentOf } from '../../tracing/spans.ts';
+import { contextOf, isTracing, normalTraceparent, parseTraceparent, startSpan, traceparentOf } from '../../tracing/spans.ts';
 import type { AppEnv } from '../deps.ts';
 import { requestHeader } from '../request-header.ts';
 import { routeTemplate } from './http-metrics.ts';
@@ -21,8 +21,9 @@ export function requestTracing(): MiddlewareHandler<AppEnv> {
     const incoming = requestHeader(c, 'traceparent');
     if (!isTracing()) {
       const given = parseTraceparent(incoming);
-      if (given && incoming) {
-        c.set('traceparent', incoming.trim());
+      const normal = normalTraceparent(incoming);
+      if (given && normal) {
+        c.set('traceparent', normal);
         c.set('logger', c.get('logger').child({ trace_id: given.traceId }));
       }
       return next();

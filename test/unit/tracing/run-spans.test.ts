@@ -2,7 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import type { RawRun, RunObservation } from '../../../src/runtime/runtime.ts';
 import { planRunSpans, type RunFacts } from '../../../src/tracing/run-spans.ts';
-import { parseTraceparent } from '../../../src/tracing/spans.ts';
+import { normalTraceparent, parseTraceparent } from '../../../src/tracing/spans.ts';
 import { tracingRequested } from '../../../src/tracing/setup.ts';
 
 const T0 = Date.parse('2026-12-01T10:00:00Z');
@@ -101,5 +101,17 @@ describe('traceparent and the switch', () => {
     [{ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318', OTEL_SDK_DISABLED: 'false' }, true],
   ])('tracingRequested(%j) is %s', (env, want) => {
     expect(tracingRequested(env)).toBe(want);
+  });
+});
+
+describe('normalTraceparent', () => {
+  it.each([
+    ['00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01', '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01'],
+    // A later version may carry more after the flags: what is stored and passed on is version 00 only.
+    ['01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-03-x y=z', '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01'],
+    ['00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00', '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00'],
+    ['nope', null],
+  ])('%j → %j', (header, want) => {
+    expect(normalTraceparent(header)).toBe(want);
   });
 });

@@ -75,6 +75,7 @@ export class AttachedRuns {
       const podName = claim.pod.metadata?.name ?? '';
       const tracked = this.track(spec, options, key, jobName, startedAt, {
         jobSeen: true,
+        claimed: true,
         ...(claim.job.metadata?.uid ? { jobUid: claim.job.metadata.uid } : {}),
         ...(claim.pod.metadata?.uid ? { podUid: claim.pod.metadata.uid } : {}),
       });
@@ -150,8 +151,8 @@ export class AttachedRuns {
   }
 
   /** Starts driving a run whose program goes by attach. */
-  private track(spec: RunSpec, options: RunOptions, key: string, jobName: string, startedAt: number, known: { jobSeen?: boolean; jobUid?: string; podUid?: string }): Promise<RawRun> {
-    const { jobSeen, ...uids } = known;
+  private track(spec: RunSpec, options: RunOptions, key: string, jobName: string, startedAt: number, known: { jobSeen?: boolean; claimed?: boolean; jobUid?: string; podUid?: string }): Promise<RawRun> {
+    const { jobSeen, claimed, ...uids } = known;
     return this.d.controller.track(key, {
       state: newRunState({
         executionId: spec.executionId,
@@ -160,6 +161,7 @@ export class AttachedRuns {
         startupTimeoutMs: spec.startupTimeoutSec * 1000,
         podGoneGraceMs: this.d.podGoneGraceMs ?? 3000,
         ...(jobSeen ? { jobSeen } : {}),
+        ...(claimed ? { claimed } : {}),
         warm: { deliveredAt: null, done: null },
       }),
       limits: defaultOutputLimits(spec.maxArtifactBytes, spec.maxStdoutBytes),
@@ -170,12 +172,13 @@ export class AttachedRuns {
 
   /** Hands the program to `podName`'s collector; the run's execution starts when the runner says so. */
   private async deliver(key: string, podName: string, spec: RunSpec): Promise<void> {
+    const since = this.d.clock.now();
     const session = await handOver(this.d.api, this.ns, podName, spec, {
       timeoutMs: this.d.handOverTimeoutMs ?? HAND_OVER_TIMEOUT_MS,
       onDone: (exitCode) => this.d.controller.done(key, exitCode, this.d.clock.now()),
     });
     this.d.controller.setAttach(key, session);
-    this.d.controller.delivered(key, this.d.clock.now());
+    this.d.controller.delivered(key, this.d.clock.now(), since);
   }
 
   /**

@@ -7,7 +7,7 @@ import type { V1Job, V1Secret, V1Container, V1Volume, V1SecurityContext, V1PodSe
 import { parseMemory, type Config } from '../../../config.ts';
 import { jobRef, type JobType } from '../../../jobtypes/job-type.ts';
 import { egressProxyUrl } from '../../../egress/token.ts';
-import type { RunSpec } from '../../runtime.ts';
+import { runEnv, type RunSpec } from '../../runtime.ts';
 import { ENV_SITE } from '../builds/build-image.ts';
 import { ANNOTATIONS, CONTAINERS, LABELS, MANAGED_BY, POD_UID, RELEASE_FILE, executionLabel, jobNameFor, restrictedContainerSecurity } from '../names.ts';
 
@@ -209,6 +209,7 @@ export function buildJob(spec: RunSpec, jobType: JobType, config: BuildJobConfig
     for (const v of ['HTTP_PROXY', 'HTTPS_PROXY', 'http_proxy', 'https_proxy']) runnerArgs.push('--env', `${v}=${url}`);
     runnerArgs.push('--env', 'NO_PROXY=', '--env', 'no_proxy=');
   }
+  for (const [key, value] of Object.entries(runEnv(spec))) runnerArgs.push('--env', `${key}=${value}`);
 
   // Ephemeral storage is requested at its limit: it is not what fills nodes, and eviction for it is abrupt.
   const resources = (storage: string) => ({

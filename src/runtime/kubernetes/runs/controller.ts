@@ -206,11 +206,12 @@ export class RunController {
     run.reject(new Error('the run was not started'));
   }
 
-  /** A warm run's program was handed over at `at` (its execution starts). */
-  delivered(key: string, at: number): void {
+  /** A warm run's program was handed over at `at` (its execution starts), by a hand-over begun at `since`. */
+  delivered(key: string, at: number, since?: number): void {
     const run = this.runs.get(key);
     if (!run?.state.warm) return;
     run.state.warm.deliveredAt = at;
+    if (since !== undefined) run.state.warm.handOverAt = since;
     this.queue.add(key);
   }
 

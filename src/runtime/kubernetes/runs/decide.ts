@@ -8,6 +8,7 @@ import type { V1ContainerStatus, V1Job, V1Pod } from '@kubernetes/client-node';
 import { RUNNER_NOT_DELIVERED_EXIT } from '../../run-output.ts';
 import type { RunObservation } from '../../runtime.ts';
 import { CONTAINERS } from '../names.ts';
+import { observedSteps } from './trace-steps.ts';
 import type { CollectedOutput } from './output-tar.ts';
 
 /** Result of pulling `/output`: the parsed archive, or why it could not be had. */
@@ -41,6 +42,8 @@ export interface RunState {
   /** Tail of the `deps` log once fetched; `undefined` while not fetched. */
   depsLog: string | undefined;
   finished: boolean;
+  /** The run claimed a warm pool pod (created before the run), as opposed to a pod made for it. */
+  claimed?: boolean;
   /**
    * A run on a claimed pool pod (pool-plan.ts): `main` was running before the run began, so its
    * container state says nothing of the program. The program starts at delivery (the go line sent
@@ -49,6 +52,8 @@ export interface RunState {
    */
   warm?: {
     deliveredAt: number | null;
+    /** When the hand-over that delivered it began (for the trace's attach span). */
+    handOverAt?: number;
     done: { exitCode: number; at: number } | null;
     /** When the next early collect may be tried (one was refused: the collector had not started). */
     earlyCollectAt?: number;
@@ -144,6 +149,8 @@ export function observe(run: RunState, pod: V1Pod | undefined, now: number, over
     depInstallMs: depsStart !== null && depsEnd !== null ? Math.max(0, depsEnd - depsStart) : 0,
     executionMs: mainStarted !== null ? Math.max(0, (mainFinished ?? now) - mainStarted) : 0,
     totalMs: endedAt - startedAt,
+    warm: run.claimed === true,
+    steps: observedSteps(run, pod),
     ...over,
   };
 }

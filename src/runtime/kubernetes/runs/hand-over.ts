@@ -9,7 +9,7 @@
  * the limit) may be retried on another pod without running the program twice.
  */
 import type { AttachSession, KubeApi } from '../../../kube/index.ts';
-import type { RunSpec } from '../../runtime.ts';
+import { runEnv, type RunSpec } from '../../runtime.ts';
 import { CONTAINERS } from '../names.ts';
 
 /** Frames the payload is sent in (a real API server and kubelet relay frames of any size; smaller ones keep memory flat). */
@@ -29,10 +29,13 @@ export interface HandOverOptions {
 }
 
 /** The bytes the collector reads: a header line, then the program, then its input (deliver.py). */
-export function handOverPayload(spec: Pick<RunSpec, 'code' | 'inputJson' | 'timeoutSec' | 'maxStdoutBytes'>): Buffer {
+export function handOverPayload(spec: Pick<RunSpec, 'code' | 'inputJson' | 'timeoutSec' | 'maxStdoutBytes' | 'traceparent'>): Buffer {
   const code = Buffer.from(spec.code, 'utf8');
   const input = Buffer.from(spec.inputJson, 'utf8');
-  const header = { code: code.length, input: input.length, go: { timeout: spec.timeoutSec, max_stream_bytes: spec.maxStdoutBytes } };
+  // The runner adds `env` to the program's environment (its TRACEPARENT); deliver.py passes `go` on as is.
+  const env = runEnv(spec);
+  const go = { timeout: spec.timeoutSec, max_stream_bytes: spec.maxStdoutBytes, ...(Object.keys(env).length ? { env } : {}) };
+  const header = { code: code.length, input: input.length, go };
   return Buffer.concat([Buffer.from(JSON.stringify(header) + '\n', 'utf8'), code, input]);
 }
 

@@ -4,7 +4,6 @@
  * rlimits, from the job type and the run directory.
  */
 import type { JobType } from '../../../jobtypes/job-type.ts';
-import type { RunSpec } from '../../runtime.ts';
 import type { RunDir } from './run-dir.ts';
 import { EGRESS_DIR, type SandboxSpec } from '../sandbox.ts';
 
@@ -17,15 +16,6 @@ export function programEnv(pythonPath: string[], jobEnv: Record<string, string>,
   if (pythonPath.length) env.PYTHONPATH = pythonPath.join(':');
   for (const [k, v] of Object.entries(jobEnv)) env[k] = v;
   return env;
-}
-
-/**
- * What only this run adds to the program's environment: its `TRACEPARENT` (the run's span), so user
- * code that uses OpenTelemetry continues the run's trace. Cold runs get it on the command line and in
- * the sandbox's environment; warm ones in the go line.
- */
-export function runEnv(spec: Pick<RunSpec, 'traceparent'>): Record<string, string> {
-  return spec.traceparent ? { TRACEPARENT: spec.traceparent } : {};
 }
 
 /** What {@link runnerSandbox} needs to know about one run. */
@@ -56,7 +46,7 @@ export interface RunnerCommandOptions {
   sh: string;
   /** The run's cgroup.procs files (empty without cgroups, or when a warm process is in them already). */
   procsFiles: string[];
-  /** Added to the job type's environment for this run ({@link runEnv}). */
+  /** Added to the job type's environment for this run (`runEnv` in runtime.ts). */
   runEnv?: Record<string, string>;
 }
 

@@ -8,7 +8,7 @@ import type { Clock } from '../../../clock.ts';
 import { parseMemory } from '../../../config.ts';
 import type { JobType } from '../../../jobtypes/job-type.ts';
 import { emptyRun, RUNNER_TIMEOUT_EXIT } from '../../run-output.ts';
-import type { RawRun, RunObservation } from '../../runtime.ts';
+import { runEnv, type RawRun, type RunObservation } from '../../runtime.ts';
 import { builtEnvironmentStep } from '../builds/build.ts';
 import { prepareRequirements as prepareDeps } from '../builds/deps.ts';
 import { sandboxInstaller } from '../builds/install-sandbox.ts';
@@ -17,7 +17,7 @@ import type { EngineName } from '../engines.ts';
 import { EGRESS_DIR, WRAPPER_FAILED_EXIT } from '../sandbox.ts';
 import { EgressProxy } from './egress-proxy.ts';
 import { superviseLaunch, type LaunchResult } from './proc.ts';
-import { runnerSandbox, runEnv } from './runner-command.ts';
+import { runnerSandbox } from './runner-command.ts';
 import type { RunContext, RunState } from './run-state.ts';
 
 /** Longest Unix socket path Linux takes (sun_path is 108 bytes with its NUL). */

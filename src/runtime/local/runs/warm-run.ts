@@ -4,10 +4,9 @@
  * supervised as a cold one, and its `done` line ends it: the cgroup is stopped, the output collected,
  * and the sandbox destroyed in the background (the engine's teardown is not waited for).
  */
-import type { RawRun, RunObservation, RunOptions, RunSpec } from '../../runtime.ts';
+import { runEnv, type RawRun, type RunObservation, type RunOptions, type RunSpec } from '../../runtime.ts';
 import type { WarmSandbox } from '../pool/sandbox-pool.ts';
 import { collectRun } from './collect.ts';
-import { runEnv } from './runner-command.ts';
 import { superviseLaunch } from './proc.ts';
 import type { Prepared, RunContext, RunState } from './run-state.ts';
 import { finish, observe } from './steps.ts';
