@@ -104,7 +104,19 @@ export const FullRecordSchema = v.pipe(
     artifacts: v.pipe(v.array(ArtifactSchema), v.description(`At most ${MAX_ARTIFACT_ENTRIES} entries of /output, the first by name (see artifacts_truncated)`)),
     artifacts_total: v.pipe(nonNegInt, v.description('Entries the program left in /output, listed or not (result.json and the runner\'s own files aside)')),
     artifacts_truncated: v.pipe(v.boolean(), v.description('/output held more entries than artifacts lists (over the limit, or the collection stopped at its byte cap)')),
-    input_artifacts: v.pipe(v.array(ArtifactSchema), v.description('_code.py and _input.json')),
+    input_artifacts: v.pipe(
+      v.array(
+        v.pipe(
+          v.strictObject({
+            ...ArtifactSchema.entries,
+            path: v.optional(v.pipe(v.string(), v.description('Where the run saw the file: /input/files/<name>'))),
+            source: v.optional(v.pipe(v.strictObject({ job_id: v.string(), name: v.string() }), v.description('The earlier job\'s artifact the file was taken from (input_artifacts)'))),
+          }),
+          ref('InputArtifact', 'SPEC §2.5 metadata of an input: _code.py, _input.json, and each file under /input/files/'),
+        ),
+      ),
+      v.description('_code.py and _input.json, then the files of input_files and input_artifacts (under /input/files/), by name'),
+    ),
     resource_usage: v.nullable(
       v.pipe(v.strictObject({ max_rss_mb: v.pipe(v.number(), v.minValue(0)), cpu_time_ms: nonNegInt, wall_time_ms: nonNegInt }), ref('ResourceUsage')),
     ),

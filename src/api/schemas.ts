@@ -9,6 +9,7 @@
 import * as v from 'valibot';
 import type { Config } from '../config.ts';
 import { STATUS_FILTERS } from '../executions/index.ts';
+import { MAX_INPUT_FILES } from '../executions/input-files.ts';
 import { isExactNumber, jsonDepth, MAX_JSON_DEPTH, stringifyJson } from '../util/json.ts';
 
 const utf8Bytes = (s: string) => Buffer.byteLength(s, 'utf8');
@@ -112,12 +113,47 @@ export function requestSchemas(config: Config) {
     v.transform((x) => x ?? []),
     v.check((x) => x.length <= 50, 'requirements must list at most 50 packages'),
   );
-  const shared = { code, input_data: inputData, timeout, startup_timeout: startupTimeout, job_type: jobType, requirements };
+  const inputFiles = v.optional(
+    v.pipe(
+      v.record(v.string(), v.string('input_files values must be base64 strings'), 'input_files must be an object mapping file names to base64 content'),
+      v.metadata({
+        description: `Files placed read-only under /input/files/: file name → base64 content. Names are plain file names (no directories, no '..', no control characters, not _code.py or _input.json); at most ${MAX_INPUT_FILES} files with input_artifacts, each at most ${config.max_artifact_bytes} bytes (max_artifact_bytes), all within the body limit (max_body_bytes).`,
+        examples: [{ 'data.csv': 'YSxiCjEsMgo=' }],
+      }),
+    ),
+  );
+  const inputArtifacts = v.optional(
+    v.pipe(
+      v.array(
+        v.object(
+          {
+            job_id: v.pipe(v.string('input_artifacts[].job_id must be a string'), v.minLength(1), v.maxLength(64)),
+            name: v.pipe(v.string('input_artifacts[].name must be a string'), v.minLength(1), v.maxLength(255)),
+            as: v.optional(v.pipe(v.string('input_artifacts[].as must be a string'), v.minLength(1), v.maxLength(255), v.description('Name under /input/files/; the artifact\'s own name when absent.'))),
+          },
+          'input_artifacts entries must be objects with job_id and name',
+        ),
+        'input_artifacts must be an array of {job_id, name}',
+      ),
+      v.maxLength(MAX_INPUT_FILES, `input_artifacts must list at most ${MAX_INPUT_FILES} artifacts`),
+      v.description('Artifacts of earlier jobs, by reference, placed read-only under /input/files/<as or name>: jobs chain without the bytes passing through the client. An unknown job or artifact is 404.'),
+    ),
+  );
+  const shared = { code, input_data: inputData, timeout, startup_timeout: startupTimeout, job_type: jobType, requirements, input_files: inputFiles, input_artifacts: inputArtifacts };
   const sync = v.pipe(
     v.looseObject(shared, 'request body must be a JSON object'),
     v.metadata({ ref: 'ExecuteRequest', 'x-max-bytes': config.max_body_bytes, description: `SPEC §2.1 without idempotency_key. The whole body is at most ${config.max_body_bytes} bytes (max_body_bytes).` }),
     v.check((x) => !('idempotency_key' in x), 'idempotency_key is only accepted by POST /execute/async'),
-    v.transform(({ code, input_data, timeout, startup_timeout, job_type, requirements }) => ({ code, input_data, timeout, startup_timeout, job_type, requirements })),
+    v.transform(({ code, input_data, timeout, startup_timeout, job_type, requirements, input_files, input_artifacts }) => ({
+      code,
+      input_data,
+      timeout,
+      startup_timeout,
+      job_type,
+      requirements,
+      input_files: input_files as Record<string, string> | undefined,
+      input_artifacts,
+    })),
   );
   const asyncBody = v.pipe(
     v.object(

@@ -9,6 +9,7 @@ import { jobRef, type JobType, type JobTypeRegistry } from '../jobtypes/job-type
 import type { NewExecutionRow } from '../store/database.ts';
 import { normalTraceparent, parseTraceparent } from '../tracing/spans.ts';
 import { canonical, sha256 } from '../util/json.ts';
+import { filesDigest, type InputArtifactRef, type InputFile } from './input-files.ts';
 
 /** A submission after edge validation (SPEC §2.1). */
 export interface Submission {
@@ -19,6 +20,12 @@ export interface Submission {
   job_type: string;
   requirements?: string[] | undefined;
   idempotency_key?: string | undefined;
+  /** name → base64 content, placed under `/input/files/` (resolved into {@link files}). */
+  input_files?: Record<string, string> | undefined;
+  /** Artifacts of earlier jobs, placed under `/input/files/` (resolved into {@link files}). */
+  input_artifacts?: InputArtifactRef[] | undefined;
+  /** The resolved input files (`input-files.ts`); a rerun or fork carries its parent's. */
+  files?: InputFile[] | undefined;
 }
 
 /** Where a request came from. */
@@ -106,6 +113,7 @@ export function buildRow(
     claimed_by: started ? (opts.workerId ?? null) : null,
     heartbeat_at: started ? opts.now : null,
     attempts: started ? 1 : 0,
+    input_files: s.files?.length ?? 0,
     client_ip: opts.meta.clientIp,
     correlation_id: opts.meta.correlationId,
     ...traceColumns(opts.meta.traceparent),
@@ -133,6 +141,8 @@ export function payloadHash(s: Submission, timeout: number, startupTimeout: numb
       timeout,
       startup_timeout: startupTimeout,
       requirements: s.requirements ?? [],
+      // Only when there are files, so the hash of a submission without any is what it always was.
+      ...(s.files?.length ? { input_files: filesDigest(s.files) } : {}),
     }),
   );
 }

@@ -8,7 +8,7 @@ import type { Kysely, Transaction } from 'kysely';
 import type { Clock } from '../clock.ts';
 import type { Config } from '../config.ts';
 import { AppError, errorMessage, UnretryableError } from '../errors.ts';
-import { pinnedJobType, type JobTypeRegistry } from '../jobtypes/job-type.ts';
+import type { JobTypeRegistry } from '../jobtypes/job-type.ts';
 import type { Logger } from '../logger.ts';
 import { DONE_CHANNEL } from '../queue/channels.ts';
 import type { Claims, GiveBack } from '../queue/claims.ts';
@@ -28,9 +28,9 @@ import { parseJson, stringifyJson } from '../util/json.ts';
 import { classify, type Classification } from './classify.ts';
 import { afterFault, type AfterFault, type FaultFacts } from './requeue.ts';
 import { EVENTS_CHANNEL, RunEventWriter } from './events.ts';
-import { mergedRequirements, resolveJobType } from './requests.ts';
 import { isTerminal } from './status.ts';
-import { inputJsonOf } from './views.ts';
+import { inputFileArtifacts, loadInputFiles, type InputFile } from './input-files.ts';
+import { specOf, type SpecRow } from './run-spec.ts';
 
 /** Error types whose runs are put in the dead letter queue (SPEC §7.3 rule 7). */
 export const DLQ_ERROR_TYPES = new Set(['internal_error', 'service_unavailable', 'docker_error', 'config_error']);
@@ -75,7 +75,7 @@ export class Running {
   constructor(private readonly o: RunningOptions) {}
 
   /** Runs a sync submission's row now: takes a worker slot, records, runs, finalizes. */
-  async runSync(row: NewExecutionRow, slots: Slots, signal?: AbortSignal): Promise<ExecutionRow> {
+  async runSync(row: NewExecutionRow, slots: Slots, signal?: AbortSignal, files: InputFile[] = []): Promise<ExecutionRow> {
     await slots.acquire(true, signal);
     let released = false;
     const release = () => {
@@ -88,14 +88,16 @@ export class Running {
       const inserting = insertExecution(this.o.db.kysely, row, { flushLater: true });
       // While the database writes it (the insert is on the wire by the time immediates run), the
       // runtime may get a sandbox ready. Nothing runs before the record exists.
-      const hint = runtime.reserve ? setImmediate(() => this.reserve(row)) : undefined;
+      const hint = runtime.reserve ? setImmediate(() => this.reserve(row, files)) : undefined;
       let inserted: ExecutionRow;
       try {
         inserted = await withSpan(SPAN.admission, { 'sandpod.mode': 'sync', 'sandpod.execution_id': row.id }, () => inserting);
       } finally {
         clearImmediate(hint);
       }
-      const done = await this.execute(inserted, { release });
+      // The record is held by this process: nobody runs it before its files are written.
+      if (files.length > 0) await insertArtifacts(this.o.db.kysely, inputFileArtifacts(inserted.id, files));
+      const done = await this.execute(inserted, { release, files });
       // execute() settles every run it can; a record it could not write (database gone) must not be
       // answered as if it were a result.
       if (!isTerminal(done.status)) {
@@ -111,37 +113,24 @@ export class Running {
   }
 
   /** A hint to the runtime; whatever goes wrong in it, the run goes on without. */
-  private reserve(row: NewExecutionRow): void {
+  private reserve(row: NewExecutionRow, files: InputFile[]): void {
     try {
-      this.o.runtime.reserve?.(this.specOf({ ...row, input_data: parseJson(row.input_data), requirements: JSON.parse(row.requirements) as string[] }));
+      this.o.runtime.reserve?.(this.specOf({ ...row, input_data: parseJson(row.input_data), requirements: JSON.parse(row.requirements) as string[] }, files));
     } catch (err) {
       this.o.logger.warn({ execution_id: row.id, err: errorMessage(err) }, 'could not reserve a sandbox; the run starts without one');
     }
   }
 
-  /** What the runtime is asked to run for a record (the build it pinned, even after a rebuild: issue #11). */
-  private specOf(row: Pick<ExecutionRow, 'id' | 'code' | 'input_data' | 'job_type' | 'job_ref' | 'timeout_s' | 'startup_timeout_s' | 'requirements'>, traceparent?: string): RunSpec {
-    const { config, registry } = this.o;
-    const jt = pinnedJobType(registry, row.job_type, row.job_ref) ?? resolveJobType(registry, row.job_type);
-    return {
-      executionId: row.id,
-      code: row.code,
-      inputJson: inputJsonOf(row),
-      jobType: jt,
-      timeoutSec: row.timeout_s,
-      startupTimeoutSec: row.startup_timeout_s,
-      requirements: mergedRequirements(jt, row.requirements),
-      maxStdoutBytes: config.max_stdout_bytes,
-      maxArtifactBytes: config.max_artifact_bytes,
-      ...(traceparent ? { traceparent } : {}),
-    };
+  /** What the runtime is asked to run for a record (`run-spec.ts`). */
+  private specOf(row: SpecRow, files: InputFile[], traceparent?: string): RunSpec {
+    return specOf(this.o.config, this.o.registry, row, files, traceparent);
   }
 
   /**
    * Runs a record this process holds (status `running`, claimed by us) and settles it. `adopt`
    * re-attaches to a run an earlier holder started; `release` is called as soon as the sandbox is gone.
    */
-  async execute(row: ExecutionRow, opts: { adopt?: boolean; release?: () => void } = {}): Promise<ExecutionRow> {
+  async execute(row: ExecutionRow, opts: { adopt?: boolean; release?: () => void; files?: InputFile[] } = {}): Promise<ExecutionRow> {
     const { holders } = this.o;
     const signal = holders.hold(row.id);
     const claimedAt = this.o.clock.now();
@@ -160,7 +149,8 @@ export class Running {
       if (opts.adopt) await events.resume();
       else if (row.mode !== 'sync') events.status('running', 'starting', row.created_at);
       const progress = { userCodeStarted: false };
-      const outcome = await this.runGuarded(row, signal, opts.adopt ?? false, log, events, progress, rt.traceparent);
+      const files = opts.files ?? (row.input_files > 0 ? await loadInputFiles(this.o.db.kysely, row.id) : []);
+      const outcome = await this.runGuarded(row, files, signal, opts.adopt ?? false, log, events, progress, rt.traceparent);
       rt.stages(outcome.kind === 'ran' ? outcome.raw : null, { createdAt: new Date(row.created_at).getTime(), claimedAt, returnedAt: this.o.clock.now() });
       // The sandbox is gone: its worker slot can serve the next job while this one is recorded.
       opts.release?.();
@@ -242,9 +232,9 @@ export class Running {
   }
 
   /** One run through the guard: breaker open → `service_unavailable`; engine failures retried. */
-  private async runGuarded(row: ExecutionRow, signal: AbortSignal, adopt: boolean, log: Logger, events: RunEventWriter, progress: { userCodeStarted: boolean }, traceparent: string | undefined): Promise<Outcome> {
+  private async runGuarded(row: ExecutionRow, files: InputFile[], signal: AbortSignal, adopt: boolean, log: Logger, events: RunEventWriter, progress: { userCodeStarted: boolean }, traceparent: string | undefined): Promise<Outcome> {
     const { runtime, db, workerId } = this.o;
-    const spec = this.specOf(row, traceparent);
+    const spec = this.specOf(row, files, traceparent);
     const jt = spec.jobType;
     log.info(
       { job_type: jt.name, mode: row.mode, requirements: spec.requirements.length, ...(adopt ? { adopted: true } : {}) },

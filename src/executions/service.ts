@@ -16,6 +16,7 @@ import type { ExecutionRow } from '../store/database.ts';
 import { SPAN } from '../tracing/run-spans.ts';
 import { withSpan } from '../tracing/spans.ts';
 import { cancelJob, type SettleWaiter } from './cancel.ts';
+import { resolveInputFiles } from './input-files.ts';
 import { buildRow, type RequestMeta, type Submission } from './requests.ts';
 import { Running, type RunningOptions } from './running.ts';
 import { Submissions, type Lineage, type SubmittedJob } from './submission.ts';
@@ -109,11 +110,17 @@ export class Executions {
   /** Runs a submission synchronously: takes a worker slot, records, runs, finalizes. */
   runSync(s: Submission, meta: RequestMeta, signal?: AbortSignal): Promise<ExecutionRow> {
     this.refuseWhileDraining();
-    const row = buildRow(this.o.config, this.o.registry, s, { mode: 'sync', status: 'running', meta, workerId: this.workerId, now: new Date(this.clock.now()) });
-    const p = this.running.runSync(row, this.o.slots, signal);
+    const p = this.startSync(s, meta, signal);
     const tracked = p.catch(() => {}).finally(() => this.syncRuns.delete(tracked));
     this.syncRuns.add(tracked);
     return p;
+  }
+
+  private async startSync(s: Submission, meta: RequestMeta, signal?: AbortSignal): Promise<ExecutionRow> {
+    // Only a submission with files waits for anything before its record is built.
+    const files = s.files ?? (s.input_files || s.input_artifacts?.length ? await resolveInputFiles(this.o.db.kysely, this.o.config, s.input_files, s.input_artifacts) : []);
+    const row = buildRow(this.o.config, this.o.registry, { ...s, files }, { mode: 'sync', status: 'running', meta, workerId: this.workerId, now: new Date(this.clock.now()) });
+    return this.running.runSync(row, this.o.slots, signal, files);
   }
 
   /**

@@ -12,6 +12,8 @@ import { Batcher } from '../store/batcher.ts';
 import type { Db, ExecutionRow, NewExecutionRow } from '../store/database.ts';
 import { underAdmission, type QueueDepth } from '../queue/admission.ts';
 import { getExecution, insertExecutions, insertIdempotent, type Q } from '../store/executions.repository.ts';
+import { insertArtifacts } from '../store/artifacts.repository.ts';
+import { inputFileArtifacts, loadInputFiles, resolveInputFiles } from './input-files.ts';
 import { buildRow, type RequestMeta, type Submission } from './requests.ts';
 import { isTerminal } from './status.ts';
 
@@ -60,12 +62,25 @@ export class Submissions {
    * (`failed_before_start`) names a new job instead: the old record keeps the key as
    * `retired_idempotency_key`, and the answer is the new job (`created: true`).
    */
-  async submit(s: Submission, meta: RequestMeta, lineage?: Lineage): Promise<{ row: SubmittedJob; created: boolean }> {
+  async submit(submission: Submission, meta: RequestMeta, lineage?: Lineage): Promise<{ row: SubmittedJob; created: boolean }> {
     const { config, registry, db } = this.o;
+    const files = submission.files ?? (await resolveInputFiles(db.kysely, config, submission.input_files, submission.input_artifacts));
+    const s = { ...submission, files };
     const row = buildRow(config, registry, s, { mode: 'async', status: 'queued', meta, now: new Date(this.o.clock.now()), ...lineage });
-    if (!row.idempotency_key) {
+    const withFiles = async (tx: Q) => insertArtifacts(tx, inputFileArtifacts(row.id, files));
+    if (!row.idempotency_key && files.length > 0) {
+      // With files: the record and its files in one transaction, so no dispatcher claims a run whose
+      // files are not there yet (the batcher inserts records only).
+      await underAdmission(db.kysely, config.max_queue_size, async (tx, room, depth) => {
+        if (room < 1) throw queueFull(await depth(), config.max_queue_size);
+        await insertExecutions(tx, [row], QUEUED_CHANNEL);
+        await withFiles(tx);
+      });
+    } else if (!row.idempotency_key) {
       const full = await this.inserts.add(row);
       if (full) throw queueFull(full, config.max_queue_size);
+    }
+    if (!row.idempotency_key) {
       const { id, status, job_type, created_at, parent_execution_id = null, relationship = null } = row;
       return { row: { id, status, job_type, created_at: created_at as Date, idempotency_key: null, parent_execution_id, relationship }, created: true };
     }
@@ -82,6 +97,7 @@ export class Submissions {
       if (existing) await retireKey(tx, existing.id);
       // The insert still settles a race with a first submission of the key not yet committed.
       const r = await insertIdempotent(tx, row);
+      if (r.created) await withFiles(tx);
       return r.created ? r : sameKey(r.row, hash);
     });
     if (res.created) this.o.notifier.notify();
@@ -91,13 +107,18 @@ export class Submissions {
   /** Re-runs a finished job with the same code, input, job type and settings (SPEC §4.6). */
   async rerun(id: string, meta: RequestMeta): Promise<SubmittedJob> {
     const parent = await this.mustGetFinished(id, 'rerun');
-    return (await this.submit(submissionOf(parent), meta, { parentId: parent.id, relationship: 'rerun' })).row;
+    return (await this.submit(await this.submissionOf(parent), meta, { parentId: parent.id, relationship: 'rerun' })).row;
   }
 
   /** Forks a finished job: new code, the original input, job type and settings (SPEC §4.7). */
   async fork(id: string, code: string, meta: RequestMeta): Promise<SubmittedJob> {
     const parent = await this.mustGetFinished(id, 'fork');
-    return (await this.submit({ ...submissionOf(parent), code }, meta, { parentId: parent.id, relationship: 'fork' })).row;
+    return (await this.submit({ ...(await this.submissionOf(parent)), code }, meta, { parentId: parent.id, relationship: 'fork' })).row;
+  }
+
+  /** The submission a finished record was made from, its input files included (for rerun and fork). */
+  private async submissionOf(row: ExecutionRow): Promise<Submission> {
+    return { ...submissionOf(row), files: row.input_files > 0 ? await loadInputFiles(this.o.db.kysely, row.id) : [] };
   }
 
   private async mustGetFinished(id: string, what: string): Promise<ExecutionRow> {
@@ -144,7 +165,7 @@ function sameKey(existing: ExecutionRow, payloadHash: string | null): { row: Exe
   return { row: existing, created: false };
 }
 
-/** The submission a finished record was made from (for rerun and fork). */
+/** The submission a finished record was made from (for rerun and fork), its files aside. */
 function submissionOf(row: ExecutionRow): Submission {
   return {
     code: row.code,

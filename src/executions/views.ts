@@ -48,7 +48,7 @@ export function recordView(row: ExecutionRow, full: boolean, artifacts: Artifact
     // A record from before the count was kept lists everything it knew of.
     artifacts_total: row.artifacts_total ?? output.length,
     artifacts_truncated: row.artifacts_truncated ?? false,
-    input_artifacts: inputArtifacts(row),
+    input_artifacts: [...inputArtifacts(row), ...artifacts.filter((a) => a.kind === 'input').map(inputFileView)],
     resource_usage: row.resource_usage ?? null,
     input_data: row.input_data,
     code_hash: row.code_hash,
@@ -102,6 +102,18 @@ export function inputArtifactFiles(row: ExecutionRow): { view: ArtifactView; dat
     { view: { name: '_code.py', size_bytes: code.length, sha256: row.code_hash, content_type: 'text/x-python; charset=utf-8' }, data: code },
     { view: { name: '_input.json', size_bytes: input.length, sha256: row.input_hash, content_type: 'application/json' }, data: input },
   ];
+}
+
+/**
+ * An input file (`/input/files/<name>`) as the record lists it: SPEC §2.5 metadata, its path in the
+ * sandbox, and for one taken from an earlier job's artifact, which.
+ */
+export function inputFileView(a: ArtifactMeta): ArtifactView & { path: string; source?: { job_id: string; name: string } } {
+  return {
+    ...artifactView(a),
+    path: `/input/files/${a.name}`,
+    ...(a.source_execution_id ? { source: { job_id: a.source_execution_id, name: a.source_name ?? a.name } } : {}),
+  };
 }
 
 function inputArtifacts(row: ExecutionRow): ArtifactView[] {

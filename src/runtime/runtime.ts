@@ -16,6 +16,8 @@ export interface RunSpec {
   code: string;
   /** `input_data` already serialized; written to `/input/data.json`. */
   inputJson: string;
+  /** Files placed read-only under `/input/files/` (plain names, checked at submission); absent when none. */
+  inputFiles?: { name: string; data: Buffer; sha256: string }[];
   jobType: JobType;
   /** Execution time limit, seconds (excludes startup). */
   timeoutSec: number;

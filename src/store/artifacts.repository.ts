@@ -14,7 +14,11 @@ export interface NewArtifact {
   contentType: string;
   data: Buffer | null;
   skipped: string | null;
+  /** An input file taken from an earlier job's artifact: that job and artifact name. */
+  source?: { executionId: string; name: string } | undefined;
 }
+
+const META = ['execution_id', 'kind', 'name', 'size_bytes', 'sha256', 'content_type', 'skipped', 'source_execution_id', 'source_name', 'created_at'] as const;
 
 /** Inserts artifacts (no-op for an empty list). */
 export async function insertArtifacts(db: Q, list: NewArtifact[]): Promise<void> {
@@ -31,6 +35,8 @@ export async function insertArtifacts(db: Q, list: NewArtifact[]): Promise<void>
         content_type: a.contentType,
         data: a.data,
         skipped: a.skipped,
+        source_execution_id: a.source?.executionId ?? null,
+        source_name: a.source?.name ?? null,
       })),
     )
     .onConflict((oc) => oc.columns(['execution_id', 'kind', 'name']).doNothing())
@@ -41,7 +47,7 @@ export async function insertArtifacts(db: Q, list: NewArtifact[]): Promise<void>
 export async function listArtifacts(db: Q, executionId: string): Promise<Omit<ArtifactRow, 'data'>[]> {
   return db
     .selectFrom('artifacts')
-    .select(['execution_id', 'kind', 'name', 'size_bytes', 'sha256', 'content_type', 'skipped', 'created_at'])
+    .select(META)
     .where('execution_id', '=', executionId)
     .orderBy('kind')
     .orderBy('name')
@@ -53,7 +59,7 @@ export async function listArtifactsFor(db: Q, ids: string[]): Promise<Omit<Artif
   if (ids.length === 0) return [];
   return db
     .selectFrom('artifacts')
-    .select(['execution_id', 'kind', 'name', 'size_bytes', 'sha256', 'content_type', 'skipped', 'created_at'])
+    .select(META)
     .where('execution_id', 'in', ids)
     .orderBy('name')
     .execute();
@@ -68,6 +74,11 @@ export async function getArtifact(db: Q, executionId: string, name: string, with
     .where('skipped', 'is', null)
     .orderBy('kind', 'desc'); // 'output' before 'input'; reserved names make them disjoint anyway
   if (withData) return q.selectAll().executeTakeFirst();
-  const row = await q.select(['execution_id', 'kind', 'name', 'size_bytes', 'sha256', 'content_type', 'skipped', 'created_at']).executeTakeFirst();
+  const row = await q.select(META).executeTakeFirst();
   return row ? { ...row, data: null } : undefined;
+}
+
+/** The input files of an execution (kind `input`), with their bytes, by name. */
+export async function listInputFiles(db: Q, executionId: string): Promise<ArtifactRow[]> {
+  return db.selectFrom('artifacts').selectAll().where('execution_id', '=', executionId).where('kind', '=', 'input').orderBy('name').execute();
 }

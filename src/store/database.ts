@@ -70,6 +70,8 @@ export interface ExecutionsTable {
   failed_before_start: Generated<boolean>;
   /** The key of a job whose key was taken over by a resubmission (see `failed_before_start`). */
   retired_idempotency_key: string | null;
+  /** How many files the run gets under `/input/files/` (artifacts of kind `input`). */
+  input_files: Generated<number>;
   client_ip: string | null;
   correlation_id: string | null;
   /** W3C traceparent the run's trace continues (migration 0008); null without a trace. */
@@ -89,6 +91,9 @@ export interface ArtifactsTable {
   /** Null when the file was not kept (`skipped` says why). */
   data: Buffer | null;
   skipped: string | null;
+  /** An input file taken from an earlier job's artifact (`input_artifacts`): that job and name. */
+  source_execution_id: Generated<string | null>;
+  source_name: Generated<string | null>;
   created_at: GeneratedTimestamp;
 }
 

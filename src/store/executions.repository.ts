@@ -47,6 +47,7 @@ export const EXECUTION_COLUMN_TYPES: Partial<Record<keyof ExecutionsTable, strin
   attempts: 'integer',
   run_after: 'timestamptz',
   infra_failures: 'integer',
+  input_files: 'integer',
   failed_before_start: 'boolean',
   artifacts_total: 'integer',
   artifacts_truncated: 'boolean',

@@ -10,6 +10,7 @@ import * as m0004 from './migrations/0004_execution_events.ts';
 import * as m0005 from './migrations/0005_artifact_counts.ts';
 import * as m0006 from './migrations/0006_queue_faults.ts';
 import * as m0008 from './migrations/0008_trace_id.ts';
+import * as m0009 from './migrations/0009_input_files.ts';
 
 /** Static provider: migrations are imported, so bundling and tsx both find them. */
 const provider: MigrationProvider = {
@@ -22,6 +23,7 @@ const provider: MigrationProvider = {
       '0005_artifact_counts': m0005,
       '0006_queue_faults': m0006,
       '0008_trace_id': m0008,
+      '0009_input_files': m0009,
     };
   },
 };
