@@ -592,6 +592,13 @@ export interface components {
             code: string;
             /** @description Same key and same payload returns the existing job; same key and another payload is 409. */
             idempotency_key?: string;
+            /** @description Artifacts of earlier jobs, by reference, placed read-only under /input/files/<as or name>: jobs chain without the bytes passing through the client. An unknown job or artifact is 404. */
+            input_artifacts?: {
+                /** @description Name under /input/files/; the artifact's own name when absent. */
+                as?: string;
+                job_id: string;
+                name: string;
+            }[];
             /**
              * @description Written to /input/data.json; null means {}. At most 1048576 bytes as JSON (max_input_bytes) and 512 levels of nesting. Any JSON value survives: NUL and other control characters, lone surrogates (kept as \u escapes), any key name, numbers exactly as written (12345678901234567890, 0.1000000000000000055511, 1.0).
              * @default {}
@@ -600,6 +607,15 @@ export interface components {
              *     }
              */
             input_data?: Record<string, unknown> | null;
+            /**
+             * @description Files placed read-only under /input/files/: file name → base64 content. Names are plain file names (no directories, no '..', no control characters, not _code.py or _input.json); at most 100 files with input_artifacts, each at most 5242880 bytes (max_artifact_bytes), all within the body limit (max_body_bytes).
+             * @example {
+             *       "data.csv": "YSxiCjEsMgo="
+             *     }
+             */
+            input_files?: {
+                [key: string]: string;
+            };
             /**
              * @description Job type (environment) name; see GET /job-types.
              * @default default
@@ -625,6 +641,13 @@ export interface components {
              * @example print(1)
              */
             code: string;
+            /** @description Artifacts of earlier jobs, by reference, placed read-only under /input/files/<as or name>: jobs chain without the bytes passing through the client. An unknown job or artifact is 404. */
+            input_artifacts?: {
+                /** @description Name under /input/files/; the artifact's own name when absent. */
+                as?: string;
+                job_id: string;
+                name: string;
+            }[];
             /**
              * @description Written to /input/data.json; null means {}. At most 1048576 bytes as JSON (max_input_bytes) and 512 levels of nesting. Any JSON value survives: NUL and other control characters, lone surrogates (kept as \u escapes), any key name, numbers exactly as written (12345678901234567890, 0.1000000000000000055511, 1.0).
              * @default {}
@@ -633,6 +656,15 @@ export interface components {
              *     }
              */
             input_data?: Record<string, unknown> | null;
+            /**
+             * @description Files placed read-only under /input/files/: file name → base64 content. Names are plain file names (no directories, no '..', no control characters, not _code.py or _input.json); at most 100 files with input_artifacts, each at most 5242880 bytes (max_artifact_bytes), all within the body limit (max_body_bytes).
+             * @example {
+             *       "data.csv": "YSxiCjEsMgo="
+             *     }
+             */
+            input_files?: {
+                [key: string]: string;
+            };
             /**
              * @description Job type (environment) name; see GET /job-types.
              * @default default
@@ -697,8 +729,8 @@ export interface components {
             execution_id: string;
             exit_code: number | null;
             idempotency_key: string | null;
-            /** @description _code.py and _input.json */
-            input_artifacts: components["schemas"]["Artifact"][];
+            /** @description _code.py and _input.json, then the files of input_files and input_artifacts (under /input/files/), by name */
+            input_artifacts: components["schemas"]["InputArtifact"][];
             /** @description The input as submitted, numbers with their exact text (the same value the program read from /input/data.json); input_hash is the SHA-256 of its canonical JSON. */
             input_data: {
                 [key: string]: unknown;
@@ -798,6 +830,23 @@ export interface components {
             /** @description What went wrong, for a person */
             detail: string;
             existing_job_id: string;
+        };
+        /** @description SPEC §2.5 metadata of an input: _code.py, _input.json, and each file under /input/files/ */
+        InputArtifact: {
+            content_type: string;
+            name: string;
+            /** @description Where the run saw the file: /input/files/<name> */
+            path?: string;
+            /** @description Hex SHA-256 of the content; empty when the file was skipped */
+            sha256: string;
+            size_bytes: number;
+            /** @description Why the file was not kept: too_large, reserved_name, not_regular */
+            skipped?: string;
+            /** @description The earlier job's artifact the file was taken from (input_artifacts) */
+            source?: {
+                job_id: string;
+                name: string;
+            };
         };
         /** @description SPEC §4.3 job status. */
         JobStatus: {

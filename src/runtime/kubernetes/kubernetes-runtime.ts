@@ -308,10 +308,12 @@ class KubernetesRuntime implements Runtime {
       if (runtimeClassName === false) {
         return infraFailure(startedAt, 'config_error', `security_mode strict requires RuntimeClass ${this.config.kubernetes.runtime_class}, which does not exist in the cluster`);
       }
-      const warm = await this.attached.runWarm(spec, options, key, startedAt);
+      // Input files travel in the run's Secret only: a run with any starts as a cold Job.
+      const viaSecret = (spec.inputFiles?.length ?? 0) > 0;
+      const warm = viaSecret ? null : await this.attached.runWarm(spec, options, key, startedAt);
       if (warm) return warm;
       startedAt = this.clock.now();
-      if (this.config.kubernetes.cold_start === 'attach' && poolable(spec.jobType, spec.requirements)) {
+      if (!viaSecret && this.config.kubernetes.cold_start === 'attach' && poolable(spec.jobType, spec.requirements)) {
         return this.attached.runColdAttach(spec, options, key, startedAt, runtimeClassName);
       }
     }

@@ -271,7 +271,7 @@ class LocalRuntimeImpl implements LocalRuntime {
     if (reserved) return runWarm(this.ctx, this.teardowns, spec, options, p, t0, obs, reserved);
     const claimed = p.sandboxes?.claim(spec.jobType, interpreter, spec.requirements) ?? null;
     if (claimed && this.reservations.deliver(claimed, spec)) return runWarm(this.ctx, this.teardowns, spec, options, p, t0, obs, claimed);
-    const rd = RunDir.create({ host: p.host, runsDir: p.runsDir, id: sandboxId(null, t0), program: { code: spec.code, inputJson: spec.inputJson }, tmpBytes: memoryBytes });
+    const rd = RunDir.create({ host: p.host, runsDir: p.runsDir, id: sandboxId(null, t0), program: { code: spec.code, inputJson: spec.inputJson, inputFiles: spec.inputFiles }, tmpBytes: memoryBytes });
     obs.warm = false;
     const s: RunState = { spec, options, p, interpreter, t0, obs, rd, depsDir: null, egress: null, warm: null, cgroup: null };
     try {

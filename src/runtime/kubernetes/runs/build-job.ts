@@ -37,6 +37,11 @@ export const EGRESS_TOKEN_MARGIN_SECONDS = 120;
 /** The slice of the configuration the builder reads. */
 export type BuildJobConfig = Pick<Config, 'kubernetes' | 'enable_seccomp' | 'docker_image' | 'pip'>;
 
+/** The Secret key of the `i`th input file (mounted at `/input/files/<name>`). */
+export function inputFileKey(i: number): string {
+  return `file-${i}`;
+}
+
 /** Secret keys and where they are mounted. */
 export const SECRET_KEYS = { code: 'main.py', input: 'data.json', runner: 'runner.py' } as const;
 
@@ -279,13 +284,16 @@ export function buildJob(spec: RunSpec, jobType: JobType, config: BuildJobConfig
     });
   }
 
-  const secretVolume = (volName: string, key: string): V1Volume => ({
+  const secretVolume = (volName: string, key: string, more: { key: string; path: string }[] = []): V1Volume => ({
     name: volName,
-    secret: { secretName: name, defaultMode: 0o444, items: [{ key, path: key }] },
+    secret: { secretName: name, defaultMode: 0o444, items: [{ key, path: key }, ...more] },
   });
+  // Input files (issue 19) ride in the same Secret, under keys of their own (a Secret key allows fewer
+  // characters than a file name), and appear in the read-only /input volume as files/<name>.
+  const inputFiles = spec.inputFiles ?? [];
   const volumes: V1Volume[] = [
     secretVolume('code', SECRET_KEYS.code),
-    secretVolume('input', SECRET_KEYS.input),
+    secretVolume('input', SECRET_KEYS.input, inputFiles.map((f, i) => ({ key: inputFileKey(i), path: `files/${f.name}` }))),
     secretVolume('runner', SECRET_KEYS.runner),
     { name: 'output', emptyDir: {} },
     { name: 'tmp', emptyDir: {} },
@@ -329,6 +337,7 @@ export function buildJob(spec: RunSpec, jobType: JobType, config: BuildJobConfig
       [SECRET_KEYS.code]: Buffer.from(spec.code, 'utf8').toString('base64'),
       [SECRET_KEYS.input]: Buffer.from(spec.inputJson, 'utf8').toString('base64'),
       [SECRET_KEYS.runner]: Buffer.from(opts.runnerSource, 'utf8').toString('base64'),
+      ...Object.fromEntries(inputFiles.map((f, i) => [inputFileKey(i), f.data.toString('base64')])),
     },
   };
   return { secret, job };

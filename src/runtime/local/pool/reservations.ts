@@ -15,6 +15,8 @@ interface Reservation {
   key: string;
   code: string;
   inputJson: string;
+  /** Names and digests of the input files delivered with it. */
+  filesKey: string;
   timer: NodeJS.Timeout;
 }
 
@@ -40,7 +42,7 @@ export class Reservations {
     if (!w || !this.deliver(w, spec)) return;
     const timer = setTimeout(() => this.unreserve(spec.executionId), RESERVATION_TTL_MS);
     timer.unref();
-    this.byId.set(spec.executionId, { w, key: poolKey(spec.jobType, interpreter), code: spec.code, inputJson: spec.inputJson, timer });
+    this.byId.set(spec.executionId, { w, key: poolKey(spec.jobType, interpreter), code: spec.code, inputJson: spec.inputJson, filesKey: filesKey(spec), timer });
   }
 
   /** Destroys a reserved sandbox its run did not take (it ran nothing). */
@@ -67,7 +69,7 @@ export class Reservations {
       this.drop(r.w);
       return null;
     }
-    if (r.code !== spec.code || r.inputJson !== spec.inputJson) return this.deliver(r.w, spec) ? r.w : null;
+    if (r.code !== spec.code || r.inputJson !== spec.inputJson || r.filesKey !== filesKey(spec)) return this.deliver(r.w, spec) ? r.w : null;
     return r.w;
   }
 
@@ -78,7 +80,7 @@ export class Reservations {
    */
   deliver(w: WarmSandbox, spec: RunSpec): boolean {
     try {
-      w.rd.writeProgram({ code: spec.code, inputJson: spec.inputJson });
+      w.rd.writeProgram({ code: spec.code, inputJson: spec.inputJson, inputFiles: spec.inputFiles });
       return true;
     } catch (err) {
       this.o.log.warn({ execution_id: spec.executionId, err: String(err) }, 'warm sandbox unusable; starting the run cold');
@@ -91,4 +93,9 @@ export class Reservations {
     this.o.background(w.destroy());
     setImmediate(() => this.o.pool()?.tick());
   }
+}
+
+/** The input files of a run as one comparable string (name and digest of each). */
+function filesKey(spec: RunSpec): string {
+  return JSON.stringify((spec.inputFiles ?? []).map((f) => [f.name, f.sha256]));
 }

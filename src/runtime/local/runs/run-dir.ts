@@ -18,6 +18,13 @@ export function sandboxId(kind: string | null, now: number): string {
   return kind ? `sp-${kind}-${now.toString(36)}-${randomBytes(4).toString('hex')}` : `sp-${now.toString(36)}-${randomBytes(5).toString('hex')}`;
 }
 
+/** What a run's directory holds for its program: `code/main.py`, `input/data.json`, `input/files/*`. */
+export interface Program {
+  code: string;
+  inputJson: string;
+  inputFiles?: readonly { name: string; data: Buffer }[] | undefined;
+}
+
 /** Options of {@link RunDir.create}. */
 export interface RunDirOptions {
   host: SandboxHost;
@@ -28,7 +35,7 @@ export interface RunDirOptions {
    * The program and its input; absent for a sandbox that runs no user program (pip); `later` for a
    * warm sandbox: the directories and mounts now, the files at claim ({@link RunDir.writeProgram}).
    */
-  program?: { code: string; inputJson: string } | 'later';
+  program?: Program | 'later';
   /** Size of the /tmp tmpfs, bytes (ignored by the `process` engine). */
   tmpBytes: number;
 }
@@ -79,9 +86,17 @@ export class RunDir {
   }
 
   /** Writes `code/main.py` and `input/data.json` (at creation, or at a warm sandbox's claim). */
-  writeProgram(program: { code: string; inputJson: string }): void {
+  writeProgram(program: Program): void {
     writeFileSync(path.join(this.dir, 'code', 'main.py'), program.code, { mode: 0o644 });
     writeFileSync(path.join(this.dir, 'input', 'data.json'), program.inputJson, { mode: 0o644 });
+    // `input/files/`: replaced whole, so a warm sandbox given another program keeps none of the first's.
+    const files = path.join(this.dir, 'input', 'files');
+    rmSync(files, { recursive: true, force: true });
+    if (program.inputFiles?.length) {
+      mkdirSync(files, { mode: 0o755 });
+      // Names are plain file names (checked at submission); `wx` never follows or replaces anything.
+      for (const f of program.inputFiles) writeFileSync(path.join(files, f.name), f.data, { mode: 0o644, flag: 'wx' });
+    }
   }
 
   /** Host path of `/output`. */

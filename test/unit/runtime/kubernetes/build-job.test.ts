@@ -290,3 +290,32 @@ describe('requests vs limits (issue #10 §3)', () => {
     expect(jt({ memory_request: '256m' }).digest).not.toBe(jt({ memory_request: '128m' }).digest);
   });
 });
+
+describe('input files (issue 19)', () => {
+  it('ride in the run Secret under keys of their own and appear read-only as /input/files/<name>', () => {
+    const files = [
+      { name: 'data.csv', data: Buffer.from('a,b\n1,2\n'), sha256: 'x' },
+      { name: 'ünï côdé.bin', data: Buffer.from([0, 255]), sha256: 'y' },
+    ];
+    const { secret, job } = buildJob(spec({ inputFiles: files }), jt(), config, opts);
+    validateSecret(secret);
+    validateJob(job);
+    expect(Buffer.from(secret.data!['file-0']!, 'base64').toString()).toBe('a,b\n1,2\n');
+    expect(Buffer.from(secret.data!['file-1']!, 'base64')).toEqual(Buffer.from([0, 255]));
+    const input = job.spec!.template.spec!.volumes!.find((v) => v.name === 'input')!;
+    expect(input.secret!.items).toEqual([
+      { key: 'data.json', path: 'data.json' },
+      { key: 'file-0', path: 'files/data.csv' },
+      { key: 'file-1', path: 'files/ünï côdé.bin' },
+    ]);
+    expect(input.secret!.defaultMode).toBe(0o444);
+    const main = job.spec!.template.spec!.containers[0]!;
+    expect(main.volumeMounts!.find((m) => m.name === 'input')).toMatchObject({ mountPath: '/input', readOnly: true });
+  });
+
+  it('a run without files has the Secret and volume it always had', () => {
+    const { secret, job } = buildJob(spec(), jt(), config, opts);
+    expect(Object.keys(secret.data!).sort()).toEqual(['data.json', 'main.py', 'runner.py']);
+    expect(job.spec!.template.spec!.volumes!.find((v) => v.name === 'input')!.secret!.items).toEqual([{ key: 'data.json', path: 'data.json' }]);
+  });
+});
