@@ -110,7 +110,7 @@ export async function resolveInputFiles(
     checkInputFileName(field, as);
     const a = canMatchText(ref.job_id) && canMatchText(ref.name) ? await getArtifact(db, ref.job_id, ref.name, true) : undefined;
     if (!a?.data) throw new AppError('not_found', `${field}: job '${ref.job_id}' has no artifact named ${JSON.stringify(ref.name)}`);
-    add(field, fileOf(as, a.data, { executionId: ref.job_id, name: ref.name }));
+    add(field, fileOf(as, Buffer.from(a.data), { executionId: ref.job_id, name: ref.name }));
   }
   if (files.length > MAX_INPUT_FILES) throw new AppError('validation_error', `input_files and input_artifacts: at most ${MAX_INPUT_FILES} files, got ${files.length}`);
   const total = files.reduce((n, f) => n + f.data.length, 0);
@@ -145,7 +145,8 @@ export async function loadInputFiles(db: Q, executionId: string): Promise<InputF
   const rows = await listInputFiles(db, executionId);
   return rows.map((r) => ({
     name: r.name,
-    data: r.data ?? Buffer.alloc(0),
+    // PGlite hands bytea back as a Uint8Array, PostgreSQL as a Buffer.
+    data: r.data ? Buffer.from(r.data) : Buffer.alloc(0),
     sha256: r.sha256,
     contentType: r.content_type,
     source: r.source_execution_id ? { executionId: r.source_execution_id, name: r.source_name ?? r.name } : undefined,

@@ -240,7 +240,7 @@ describe('artifacts', () => {
     skipped: null,
     ...extra,
   });
-  const META = ['content_type', 'created_at', 'execution_id', 'kind', 'name', 'sha256', 'size_bytes', 'skipped'];
+  const META = ['content_type', 'created_at', 'execution_id', 'kind', 'name', 'sha256', 'size_bytes', 'skipped', 'source_execution_id', 'source_name'];
 
   beforeEach(async () => {
     await db.kysely.insertInto('executions').values([rec('x1'), rec('x2'), rec('x3')]).execute();
