@@ -11,6 +11,7 @@ import { HttpConfigSchema } from './api/http-config.ts';
 import { withEnvOverrides } from './config-env.ts';
 import { int, KubernetesConfigSchema } from './config-kubernetes.ts';
 import { isHostPattern } from './jobtypes/host-patterns.ts';
+import { WebhooksConfigSchema } from './webhooks/config.ts';
 
 /** A dotted Python module name (`numpy`, `xml.etree.ElementTree`). */
 const MODULE_RE = /^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$/;
@@ -62,6 +63,8 @@ export const JobTypeConfigSchema = v.pipe(
      */
     cpu_request: v.optional(v.pipe(v.number(), v.minValue(0.001), v.maxValue(64))),
     memory_request: v.optional(MemorySchema),
+    /** Completion webhook of this type's runs that name none (issue 21); checked against `webhooks.allowed_hosts`. */
+    callback_url: v.optional(v.nullable(v.pipe(v.string(), v.minLength(1))), null),
   }),
   // Kubernetes refuses a request above its limit: say so at load time, naming the field.
   v.forward(
@@ -199,6 +202,8 @@ export const ConfigSchema = v.pipe(
       {},
     ),
     job_types: v.optional(v.array(JobTypeConfigSchema), []),
+    /** Signed completion callbacks (issue 21; src/webhooks/config.ts). */
+    webhooks: WebhooksConfigSchema,
     /** Job-type builds (SPEC §4.9, `POST /job-types/{name}/build`). */
     builds: v.optional(
       v.object({

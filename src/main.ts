@@ -31,6 +31,8 @@ import { createDb, DatabaseConnectError, type Db } from './store/database.ts';
 import { startTracing } from './tracing/setup.ts';
 import { liveIds } from './store/executions.repository.ts';
 import { migrateToLatest } from './store/migrate.ts';
+import { createWebhooks, type WebhookDelivery } from './webhooks/index.ts';
+import type { WebhookDeliveryOptions } from './webhooks/deliver.ts';
 
 /** The service version (package.json). */
 export const VERSION: string = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
@@ -48,6 +50,8 @@ export interface ServiceOverrides {
   sleep?: (ms: number) => Promise<void>;
   heartbeatMs?: number;
   pollMs?: number;
+  /** Webhook delivery: name resolution, jitter, TLS trust, poll period (tests). */
+  webhooks?: Pick<WebhookDeliveryOptions, 'lookup' | 'random' | 'tls' | 'pollMs' | 'clock'>;
 }
 
 /** A wired service, not yet listening. */
@@ -63,6 +67,8 @@ export interface Service {
   events: EventFeed;
   metrics: Metrics;
   logger: Logger;
+  /** The webhook delivery worker; null when callbacks are off. */
+  webhooks: WebhookDelivery | null;
   /** Starts the runtime, settles orphans, starts the dispatcher. */
   start(): Promise<void>;
   /**
@@ -129,6 +135,7 @@ export async function createService(config: Config, o: ServiceOverrides = {}): P
     ...(o.heartbeatMs ? { heartbeatMs: o.heartbeatMs } : {}),
     events: { onStarted: (r) => metrics.started(r), onFinished: (r) => metrics.finished(r), onRequeued: (_r, reason) => metrics.requeues.inc({ reason }) },
   });
+  const webhooks = createWebhooks(config, { db, logger, clock, onAttempt: (outcome) => metrics.webhookDeliveries.inc({ outcome }), ...o.webhooks });
   const waiter = new CompletionWaiter(db);
   const events = new EventFeed(db);
   const dispatcher = new Dispatcher({
@@ -154,6 +161,7 @@ export async function createService(config: Config, o: ServiceOverrides = {}): P
     events,
     metrics,
     logger,
+    webhooks,
     async start() {
       await runtime.start();
       await registry.start?.();
@@ -163,6 +171,7 @@ export async function createService(config: Config, o: ServiceOverrides = {}): P
       const adopted = await executions.recoverOrphans();
       if (adopted.length > 0) logger.warn({ count: adopted.length }, 'settling runs left by a previous process');
       if (config.dispatch) await dispatcher.start();
+      if (config.webhooks.deliver) await webhooks?.start();
     },
     async stop(graceMs = config.shutdown_grace_seconds * 1000, onDrained?: () => void) {
       shuttingDown = true;
@@ -176,6 +185,7 @@ export async function createService(config: Config, o: ServiceOverrides = {}): P
         await executions.syncSettled(5000);
       }
       onDrained?.();
+      await webhooks?.stop();
       await executions.stop();
       await waiter.stop();
       await events.stop();

@@ -33,6 +33,8 @@ export class Metrics {
   readonly httpDuration: Histogram<'method' | 'route'>;
   readonly eventStreams: Gauge;
   readonly eventStreamsRefused: Counter<'reason'>;
+  /** Webhook attempts by what followed them (issue 21; the chart alerts on `failed`). */
+  readonly webhookDeliveries: Counter<'outcome'>;
   private warmSource: () => WarmPoolStats[] = () => [];
   private authSource: () => AuthStats | null = () => null;
 
@@ -85,6 +87,14 @@ export class Metrics {
       labelNames: ['reason'],
       registers,
     });
+    this.webhookDeliveries = new Counter({
+      name: 'sandpod_webhook_deliveries_total',
+      help: 'Webhook delivery attempts: delivered (2xx), retried (another attempt follows), failed (given up, put in the DLQ)',
+      labelNames: ['outcome'],
+      registers,
+    });
+    // Every outcome from zero, so rate() and alerts see the series before the first failure.
+    for (const outcome of ['delivered', 'retried', 'failed']) this.webhookDeliveries.inc({ outcome }, 0);
     // Warm sandboxes (issue 10), read from the runtime at scrape time.
     const warm = () => this.warmSource();
     new Gauge({

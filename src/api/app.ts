@@ -22,6 +22,7 @@ import { metricsRoutes } from './routes/metrics.ts';
 import { openapiRoutes } from './routes/openapi.ts';
 import { poolRoutes } from './routes/pool.ts';
 import { uiRoutes } from './routes/ui.ts';
+import { deliveryRoutes } from './routes/deliveries.ts';
 
 /** Builds the app over its dependencies. */
 export function createApp(deps: AppDeps): Hono<AppEnv> {
@@ -44,6 +45,7 @@ export function createApp(deps: AppDeps): Hono<AppEnv> {
   // /openapi.json is generated from the routes declared here, read when it is first asked for.
   app.route('/', executeRoutes(deps));
   app.route('/', jobRoutes(deps));
+  app.route('/', deliveryRoutes(deps));
   app.route('/', eventRoutes(deps));
   app.route('/', executionRoutes(deps));
   app.route('/', jobTypeRoutes(deps));

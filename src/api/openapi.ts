@@ -74,10 +74,10 @@ export function queryValidator<S extends v.GenericSchema>(schema: S) {
  * invalid; see `validate.ts`), stores it for `c.req.valid('json')`, and documents `schema` as the
  * request body.
  */
-export function bodyValidator<S extends v.GenericSchema>(schema: S, limit: number, before?: () => void) {
+export function bodyValidator<S extends v.GenericSchema>(schema: S, limit: number, before?: () => void, optional = false) {
   const mw: MiddlewareHandler<AppEnv, string, { in: { json: v.InferInput<S> }; out: { json: v.InferOutput<S> } }> = async (c, next) => {
     before?.();
-    c.req.addValidatedData('json', (await jsonBody(c, schema, { limit })) as object);
+    c.req.addValidatedData('json', (await jsonBody(c, schema, { limit, optional })) as object);
     await next();
   };
   return Object.assign(mw, { [uniqueSymbol]: { target: 'json', ...schemaOf(schema), options: CONVERT } });
@@ -108,7 +108,26 @@ export async function buildOpenApi(app: Hono<AppEnv>, version: string, bearerAut
     excludeStaticFile: false,
     defaultValidationErrorResponse: false,
   });
+  markOptionalBodies(doc as unknown as OpenApiDoc);
   return doc as unknown as Record<string, unknown>;
+}
+
+type OpenApiDoc = { paths?: Record<string, Record<string, { requestBody?: { required?: boolean; content?: Record<string, { schema?: { $ref?: string } }> } }>>; components?: { schemas?: Record<string, Record<string, unknown>> } };
+
+/**
+ * hono-openapi marks every validated body required; a body whose schema carries `x-optional-body`
+ * (the optional body of a rerun) is not, and the document says so.
+ */
+function markOptionalBodies(doc: OpenApiDoc): void {
+  for (const item of Object.values(doc.paths ?? {})) {
+    for (const op of Object.values(item)) {
+      const ref = op?.requestBody?.content?.['application/json']?.schema?.$ref;
+      const schema = ref ? doc.components?.schemas?.[ref.split('/').pop()!] : undefined;
+      if (schema?.['x-optional-body'] === true && op.requestBody) {
+        op.requestBody.required = false;
+      }
+    }
+  }
 }
 
 const TAGS = [

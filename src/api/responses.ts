@@ -139,6 +139,7 @@ export const FullRecordSchema = v.pipe(
       v.nullable(v.string()),
       v.description('The run\'s OpenTelemetry trace id (32 hex digits): the one of the traceparent the submission carried, or of the trace the service started; also on every log line of the run. Null without a trace.'),
     ),
+    callback_url: v.pipe(v.nullable(v.string()), v.description('Where the record is POSTed when the job ends (GET /jobs/{id}/deliveries shows the attempts); null: nowhere')),
   }),
   ref('ExecutionRecordFull', 'SPEC §2.3 execution record with the extended fields (view=full).'),
 );

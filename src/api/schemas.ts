@@ -139,12 +139,24 @@ export function requestSchemas(config: Config) {
       v.description('Artifacts of earlier jobs, by reference, placed read-only under /input/files/<as or name>: jobs chain without the bytes passing through the client. An unknown job or artifact is 404.'),
     ),
   );
-  const shared = { code, input_data: inputData, timeout, startup_timeout: startupTimeout, job_type: jobType, requirements, input_files: inputFiles, input_artifacts: inputArtifacts };
+  const callbackUrl = v.optional(
+    v.nullable(
+      v.pipe(
+        v.string('callback_url must be a string'),
+        v.minLength(1, 'callback_url must not be empty'),
+        v.maxLength(2048, 'callback_url must be at most 2048 characters'),
+        v.description(
+          'http(s) URL the record is POSTed to when the job ends, signed per Standard Webhooks (see docs/api.md). Its host must match webhooks.allowed_hosts (else 400). Absent: the job type\'s or the configured default; null: none.',
+        ),
+      ),
+    ),
+  );
+  const shared = { code, input_data: inputData, timeout, startup_timeout: startupTimeout, job_type: jobType, requirements, input_files: inputFiles, input_artifacts: inputArtifacts, callback_url: callbackUrl };
   const sync = v.pipe(
     v.looseObject(shared, 'request body must be a JSON object'),
     v.metadata({ ref: 'ExecuteRequest', 'x-max-bytes': config.max_body_bytes, description: `SPEC §2.1 without idempotency_key. The whole body is at most ${config.max_body_bytes} bytes (max_body_bytes).` }),
     v.check((x) => !('idempotency_key' in x), 'idempotency_key is only accepted by POST /execute/async'),
-    v.transform(({ code, input_data, timeout, startup_timeout, job_type, requirements, input_files, input_artifacts }) => ({
+    v.transform(({ code, input_data, timeout, startup_timeout, job_type, requirements, input_files, input_artifacts, callback_url }) => ({
       code,
       input_data,
       timeout,
@@ -153,6 +165,7 @@ export function requestSchemas(config: Config) {
       requirements,
       input_files: input_files as Record<string, string> | undefined,
       input_artifacts,
+      callback_url,
     })),
   );
   const asyncBody = v.pipe(
@@ -173,8 +186,15 @@ export function requestSchemas(config: Config) {
     ),
     v.metadata({ ref: 'ExecuteAsyncRequest', 'x-max-bytes': config.max_body_bytes, description: `SPEC §2.1. The whole body is at most ${config.max_body_bytes} bytes (max_body_bytes).` }),
   );
-  const fork = v.pipe(v.object({ code }, 'request body must be a JSON object with a code field'), v.metadata({ ref: 'ForkRequest', 'x-max-bytes': config.max_body_bytes, description: `The whole body is at most ${config.max_body_bytes} bytes (max_body_bytes).` }));
-  return { sync, async: asyncBody, fork };
+  const fork = v.pipe(
+    v.object({ code, callback_url: callbackUrl }, 'request body must be a JSON object with a code field'),
+    v.metadata({ ref: 'ForkRequest', 'x-max-bytes': config.max_body_bytes, description: `The whole body is at most ${config.max_body_bytes} bytes (max_body_bytes). Without callback_url the original job's callback is kept.` }),
+  );
+  const rerun = v.pipe(
+    v.object({ callback_url: callbackUrl }, 'request body must be a JSON object'),
+    v.metadata({ ref: 'RerunRequest', 'x-optional-body': true, description: 'Optional; without a body (or callback_url) the original job\'s callback is kept.' }),
+  );
+  return { sync, async: asyncBody, fork, rerun };
 }
 
 /** Query integer: a decimal string within [min, max]; documented as an integer. */

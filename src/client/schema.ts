@@ -321,6 +321,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/jobs/{id}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Webhook deliveries of a job
+         * @description Each delivery of the job's callback_url with every attempt: when, how long, the status code or the error, and what followed.
+         */
+        get: operations["listJobDeliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/jobs/{id}/events": {
         parameters: {
             query?: never;
@@ -369,7 +389,7 @@ export interface paths {
         put?: never;
         /**
          * Run a finished job again
-         * @description A new job with the same code, input, job type, timeouts and requirements.
+         * @description A new job with the same code, input, job type, timeouts, requirements and callback. An optional body may name another callback_url (null: none).
          */
         post: operations["rerunJob"];
         delete?: never;
@@ -585,6 +605,7 @@ export interface components {
         };
         /** @description SPEC §2.1. The whole body is at most 2097152 bytes (max_body_bytes). */
         ExecuteAsyncRequest: {
+            callback_url?: string | null;
             /**
              * @description Python source run as /code/main.py. Not blank, no NUL, at most 102400 bytes of UTF-8 (max_code_bytes).
              * @example print(1)
@@ -636,6 +657,7 @@ export interface components {
         };
         /** @description SPEC §2.1 without idempotency_key. The whole body is at most 2097152 bytes (max_body_bytes). */
         ExecuteRequest: {
+            callback_url?: string | null;
             /**
              * @description Python source run as /code/main.py. Not blank, no NUL, at most 102400 bytes of UTF-8 (max_code_bytes).
              * @example print(1)
@@ -716,6 +738,8 @@ export interface components {
             artifacts_total: number;
             /** @description /output held more entries than artifacts lists (over the limit, or the collection stopped at its byte cap) */
             artifacts_truncated: boolean;
+            /** @description Where the record is POSTed when the job ends (GET /jobs/{id}/deliveries shows the attempts); null: nowhere */
+            callback_url: string | null;
             code_hash: string;
             correlation_id: string | null;
             /**
@@ -771,8 +795,9 @@ export interface components {
             limit: number;
             offset: number;
         };
-        /** @description The whole body is at most 2097152 bytes (max_body_bytes). */
+        /** @description The whole body is at most 2097152 bytes (max_body_bytes). Without callback_url the original job's callback is kept. */
         ForkRequest: {
+            callback_url?: string | null;
             /**
              * @description Python source run as /code/main.py. Not blank, no NUL, at most 102400 bytes of UTF-8 (max_code_bytes).
              * @example print(1)
@@ -972,6 +997,10 @@ export interface components {
             /** @enum {string} */
             status: "ready" | "shutting_down" | "database_unavailable";
         };
+        /** @description Optional; without a body (or callback_url) the original job's callback is kept. */
+        RerunRequest: {
+            callback_url?: string | null;
+        };
         ResourceUsage: {
             cpu_time_ms: number;
             max_rss_mb: number;
@@ -1054,6 +1083,42 @@ export interface components {
             job_id: string;
             /** @enum {string} */
             status: "pending" | "running";
+        };
+        /** @description A job's completion webhooks; empty until the job ends (or when it has no callback_url). */
+        WebhookDeliveries: {
+            callback_url: string | null;
+            deliveries: {
+                attempt_count: number;
+                attempts: {
+                    /** @description 1 for the first attempt */
+                    attempt: number;
+                    duration_ms: number;
+                    /** @description Why the attempt did not deliver; the answer's body is never stored */
+                    error: string | null;
+                    /**
+                     * @description retried: another attempt follows; failed: the last one
+                     * @enum {string}
+                     */
+                    outcome: "delivered" | "retried" | "failed";
+                    /** Format: date-time */
+                    started_at: string;
+                    /** @description The receiver's HTTP status; null when none came (refused, unreachable, timed out) */
+                    status_code: number | null;
+                }[];
+                /** Format: date-time */
+                created_at: string;
+                ended_at: string | null;
+                last_error: string | null;
+                last_status_code: number | null;
+                /** @description When the next attempt is due (pending only) */
+                next_attempt_at: string | null;
+                /** @enum {string} */
+                status: "pending" | "delivered" | "failed";
+                url: string;
+                /** @description The webhook-id header of every attempt (the same on retries) */
+                webhook_id: string;
+            }[];
+            job_id: string;
         };
     };
     responses: never;
@@ -1873,6 +1938,38 @@ export interface operations {
             };
         };
     };
+    listJobDeliveries: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Job id (the execution_id) */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The deliveries */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookDeliveries"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     getJobEvents: {
         parameters: {
             query?: {
@@ -2020,7 +2117,11 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["RerunRequest"];
+            };
+        };
         responses: {
             /** @description Queued */
             202: {
@@ -2029,6 +2130,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["DerivedJob"];
+                };
+            };
+            /** @description Invalid request: the detail names the field and the problem */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             /** @description Not found */
@@ -2042,6 +2152,15 @@ export interface operations {
             };
             /** @description Conflict with the job's state */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Request body is not application/json */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -12,6 +12,7 @@ import { deleteDlq, dlqStats, listDlq } from '../store/dlq.repository.ts';
 import { getExecution, listExecutions, queueCounts, queuePosition } from '../store/executions.repository.ts';
 import { recordStatusOf, type RecordStatus, type STATUS_FILTERS } from './status.ts';
 import { inputArtifactFiles, recordView } from './views.ts';
+import { listDeliveries } from '../webhooks/outbox.ts';
 
 /** A record as stored; opaque to the API, which hands it back to {@link History.recordOf}. */
 export type StoredRecord = ExecutionRow;
@@ -119,6 +120,11 @@ export class History {
     if (input) return { data: input.data, sha256: input.view.sha256, contentType: input.view.content_type, size: input.view.size_bytes };
     const a = await getArtifact(this.db.kysely, row.id, name, withData);
     return a ? { data: a.data, sha256: a.sha256, contentType: a.content_type, size: Number(a.size_bytes) } : undefined;
+  }
+
+  /** A record's webhook deliveries with their attempts (`GET /jobs/{id}/deliveries`). */
+  deliveries(id: string): ReturnType<typeof listDeliveries> {
+    return listDeliveries(this.db.kysely, id);
   }
 
   /** 1-based position among queued records; null when not queued. */

@@ -10,6 +10,7 @@ import type { NewExecutionRow } from '../store/database.ts';
 import { normalTraceparent, parseTraceparent } from '../tracing/spans.ts';
 import { canonical, sha256 } from '../util/json.ts';
 import { filesDigest, type InputArtifactRef, type InputFile } from './input-files.ts';
+import { checkCallbackUrl } from '../webhooks/ssrf.ts';
 
 /** A submission after edge validation (SPEC §2.1). */
 export interface Submission {
@@ -26,6 +27,8 @@ export interface Submission {
   input_artifacts?: InputArtifactRef[] | undefined;
   /** The resolved input files (`input-files.ts`); a rerun or fork carries its parent's. */
   files?: InputFile[] | undefined;
+  /** Where the record is POSTed when it ends (issue 21); null: none, not even a default. */
+  callback_url?: string | null | undefined;
 }
 
 /** Where a request came from. */
@@ -88,6 +91,7 @@ export function buildRow(
     );
   }
   const inputJson = canonical(s.input_data);
+  const callbackUrl = callbackUrlOf(config, jt, s.callback_url);
   const started = opts.status === 'running';
   return {
     id: randomUUID(),
@@ -117,6 +121,7 @@ export function buildRow(
     client_ip: opts.meta.clientIp,
     correlation_id: opts.meta.correlationId,
     ...traceColumns(opts.meta.traceparent),
+    callback_url: callbackUrl,
   };
 }
 
@@ -125,6 +130,24 @@ function traceColumns(traceparent: string | null | undefined): { traceparent?: s
   const p = parseTraceparent(traceparent);
   const normal = normalTraceparent(traceparent);
   return p && normal ? { traceparent: normal, trace_id: p.traceId } : {};
+}
+
+/**
+ * The callback of a submission (issue 21): its own `callback_url` (null opts out), else its job type's,
+ * else `webhooks.default_callback_url`. Whichever it is must match `webhooks.allowed_hosts` (a 400
+ * naming where it came from otherwise).
+ */
+export function callbackUrlOf(config: Pick<Config, 'webhooks'>, jt: JobType, asked: string | null | undefined): string | null {
+  if (asked === null) return null;
+  const [url, field] =
+    asked !== undefined
+      ? [asked, 'callback_url']
+      : jt.callbackUrl
+        ? [jt.callbackUrl, `callback_url of job type '${jt.name}'`]
+        : [config.webhooks.default_callback_url, 'webhooks.default_callback_url'];
+  if (url === null) return null;
+  checkCallbackUrl(url, config.webhooks, field);
+  return url;
 }
 
 /**
@@ -143,6 +166,8 @@ export function payloadHash(s: Submission, timeout: number, startupTimeout: numb
       requirements: s.requirements ?? [],
       // Only when there are files, so the hash of a submission without any is what it always was.
       ...(s.files?.length ? { input_files: filesDigest(s.files) } : {}),
+      // Only when named, so the hash of a submission without one is what it was before callbacks.
+      ...(s.callback_url !== undefined ? { callback_url: s.callback_url } : {}),
     }),
   );
 }

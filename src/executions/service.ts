@@ -133,15 +133,15 @@ export class Executions {
   }
 
   /** Re-runs a finished job with the same code, input, job type and settings (SPEC §4.6). */
-  async rerun(id: string, meta: RequestMeta): Promise<SubmittedJob> {
+  async rerun(id: string, meta: RequestMeta, callbackUrl?: string | null): Promise<SubmittedJob> {
     this.refuseWhileDraining();
-    return withSpan(SPAN.admission, { 'sandpod.mode': 'async', 'sandpod.relationship': 'rerun' }, () => this.submissions.rerun(id, meta));
+    return withSpan(SPAN.admission, { 'sandpod.mode': 'async', 'sandpod.relationship': 'rerun' }, () => this.submissions.rerun(id, meta, callbackUrl));
   }
 
   /** Forks a finished job: new code, the original input, job type and settings (SPEC §4.7). */
-  async fork(id: string, code: string, meta: RequestMeta): Promise<SubmittedJob> {
+  async fork(id: string, code: string, meta: RequestMeta, callbackUrl?: string | null): Promise<SubmittedJob> {
     this.refuseWhileDraining();
-    return withSpan(SPAN.admission, { 'sandpod.mode': 'async', 'sandpod.relationship': 'fork' }, () => this.submissions.fork(id, code, meta));
+    return withSpan(SPAN.admission, { 'sandpod.mode': 'async', 'sandpod.relationship': 'fork' }, () => this.submissions.fork(id, code, meta, callbackUrl));
   }
 
   /**

@@ -105,15 +105,15 @@ export class Submissions {
   }
 
   /** Re-runs a finished job with the same code, input, job type and settings (SPEC §4.6). */
-  async rerun(id: string, meta: RequestMeta): Promise<SubmittedJob> {
+  async rerun(id: string, meta: RequestMeta, callbackUrl?: string | null): Promise<SubmittedJob> {
     const parent = await this.mustGetFinished(id, 'rerun');
-    return (await this.submit(await this.submissionOf(parent), meta, { parentId: parent.id, relationship: 'rerun' })).row;
+    return (await this.submit({ ...(await this.submissionOf(parent)), ...withCallback(callbackUrl) }, meta, { parentId: parent.id, relationship: 'rerun' })).row;
   }
 
   /** Forks a finished job: new code, the original input, job type and settings (SPEC §4.7). */
-  async fork(id: string, code: string, meta: RequestMeta): Promise<SubmittedJob> {
+  async fork(id: string, code: string, meta: RequestMeta, callbackUrl?: string | null): Promise<SubmittedJob> {
     const parent = await this.mustGetFinished(id, 'fork');
-    return (await this.submit({ ...(await this.submissionOf(parent)), code }, meta, { parentId: parent.id, relationship: 'fork' })).row;
+    return (await this.submit({ ...(await this.submissionOf(parent)), code, ...withCallback(callbackUrl) }, meta, { parentId: parent.id, relationship: 'fork' })).row;
   }
 
   /** The submission a finished record was made from, its input files included (for rerun and fork). */
@@ -165,9 +165,18 @@ function sameKey(existing: ExecutionRow, payloadHash: string | null): { row: Exe
   return { row: existing, created: false };
 }
 
-/** The submission a finished record was made from (for rerun and fork), its files aside. */
+/** A rerun's or fork's own callback, when it names one (null included: it opts out). */
+function withCallback(callbackUrl: string | null | undefined): Pick<Submission, 'callback_url'> {
+  return callbackUrl !== undefined ? { callback_url: callbackUrl } : {};
+}
+
+/**
+ * The submission a finished record was made from (for rerun and fork). Its callback goes along (the
+ * job's settings are kept); the new job's own `callback_url`, when given, replaces it.
+ */
 function submissionOf(row: ExecutionRow): Submission {
   return {
+    ...(row.callback_url !== null ? { callback_url: row.callback_url } : {}),
     code: row.code,
     input_data: row.input_data as Record<string, unknown>,
     timeout: row.timeout_s,

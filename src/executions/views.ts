@@ -64,6 +64,7 @@ export function recordView(row: ExecutionRow, full: boolean, artifacts: Artifact
     requirements: row.requirements,
     correlation_id: row.correlation_id,
     trace_id: row.trace_id ?? null,
+    callback_url: row.callback_url ?? null,
   };
 }
 

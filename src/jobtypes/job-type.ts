@@ -75,6 +75,8 @@ export interface JobType {
    * the service's default (`kubernetes.warm_pool_size`). Not part of the digest: it changes no run.
    */
   warmPoolSize?: number | null;
+  /** Completion webhook of runs that name none (issue 21). Not part of the digest: it changes no run. */
+  callbackUrl?: string | null;
 }
 
 /** The SPEC §2.7 wire shape of a job type. */
@@ -134,7 +136,7 @@ export function fromConfig(c: JobTypeConfig, defaultTimeout = 30): JobType {
   const digest = sha256(
     canonical({ ...rest, ...(cpuRequest !== null ? { cpuRequest } : {}), ...(memoryRequest !== null ? { memoryRequest } : {}), ...(preload.length > 0 ? { preload } : {}) }),
   );
-  return { ...spec, digest };
+  return { ...spec, digest, ...(c.callback_url ? { callbackUrl: c.callback_url } : {}) };
 }
 
 /** `<job_type>@sha256:<digest>` (SPEC §2.3 `job_ref`). */

@@ -36,6 +36,7 @@ export interface JobTypeResource {
     cpuRequest?: number;
     memoryRequest?: string | number;
     warmPool?: { size?: number };
+    callbackUrl?: string;
   };
 }
 
@@ -68,6 +69,7 @@ export function jobTypeFromResource(r: JobTypeResource): JobType | { error: stri
   put('version', s.version);
   put('cpu_request', s.cpuRequest);
   put('memory_request', s.memoryRequest);
+  put('callback_url', s.callbackUrl);
   const parsed = v.safeParse(JobTypeConfigSchema, raw);
   if (!parsed.success) return { error: formatIssues(parsed.issues) };
   const size = s.warmPool?.size;

@@ -78,6 +78,8 @@ export interface ExecutionsTable {
   traceparent: string | null;
   /** The trace id of `traceparent`, for the record and the logs. */
   trace_id: string | null;
+  /** Where the record is POSTed when it ends (issue 21); null: nowhere. */
+  callback_url: string | null;
 }
 
 /** Artifact metadata and bytes (SPEC §2.5); `kind` is `output` or `input`. */
@@ -144,6 +146,35 @@ export interface ExecutionEventsTable {
   created_at: GeneratedTimestamp;
 }
 
+/** The webhook outbox (migration 0007): one row per ended record with a callback. */
+export interface WebhookDeliveriesTable {
+  id: string;
+  execution_id: string;
+  url: string;
+  status: Generated<string>;
+  attempts: Generated<number>;
+  next_attempt_at: Timestamp | null;
+  first_attempt_at: Timestamp | null;
+  lease_until: Timestamp | null;
+  claimed_by: string | null;
+  last_status_code: number | null;
+  last_error: string | null;
+  created_at: GeneratedTimestamp;
+  ended_at: Timestamp | null;
+}
+
+/** One delivery attempt (`GET /jobs/{id}/deliveries`). */
+export interface WebhookAttemptsTable {
+  id: Generated<number>;
+  delivery_id: string;
+  attempt: number;
+  started_at: Timestamp;
+  duration_ms: number;
+  status_code: number | null;
+  error: string | null;
+  outcome: string;
+}
+
 /** All tables. */
 export interface Database {
   executions: ExecutionsTable;
@@ -151,6 +182,8 @@ export interface Database {
   dlq: DlqTable;
   job_type_builds: JobTypeBuildsTable;
   execution_events: ExecutionEventsTable;
+  webhook_deliveries: WebhookDeliveriesTable;
+  webhook_attempts: WebhookAttemptsTable;
 }
 
 export type ExecutionRow = Selectable<ExecutionsTable>;

@@ -9,6 +9,7 @@ import * as m0003 from './migrations/0003_job_type_builds.ts';
 import * as m0004 from './migrations/0004_execution_events.ts';
 import * as m0005 from './migrations/0005_artifact_counts.ts';
 import * as m0006 from './migrations/0006_queue_faults.ts';
+import * as m0007 from './migrations/0007_webhooks.ts';
 import * as m0008 from './migrations/0008_trace_id.ts';
 import * as m0009 from './migrations/0009_input_files.ts';
 
@@ -22,6 +23,7 @@ const provider: MigrationProvider = {
       '0004_execution_events': m0004,
       '0005_artifact_counts': m0005,
       '0006_queue_faults': m0006,
+      '0007_webhooks': m0007,
       '0008_trace_id': m0008,
       '0009_input_files': m0009,
     };

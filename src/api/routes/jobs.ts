@@ -139,14 +139,15 @@ export function jobRoutes(deps: AppDeps) {
       operationId: 'rerunJob',
       tags: ['jobs'],
       summary: 'Run a finished job again',
-      description: 'A new job with the same code, input, job type, timeouts and requirements.',
+      description: 'A new job with the same code, input, job type, timeouts, requirements and callback. An optional body may name another callback_url (null: none).',
       parameters: [idParam],
-      responses: { 202: jsonResponse('Queued', LineageSchema), ...errorResponses(404, 409, 503) },
+      responses: { 202: jsonResponse('Queued', LineageSchema), ...errorResponses(400, 404, 409, 415, 503) },
     }),
-    noBody(),
+    bodyValidator(schemas.rerun, deps.config.max_body_bytes, undefined, true),
     async (c) => {
+      const body = c.req.valid('json');
       const meta = requestMeta(c);
-      const row = await deps.executions.rerun(c.req.param('id'), meta);
+      const row = await deps.executions.rerun(c.req.param('id'), meta, body.callback_url);
       return c.json(lineageView(row), 202);
     },
   );
@@ -164,7 +165,7 @@ export function jobRoutes(deps: AppDeps) {
     async (c) => {
       const body = c.req.valid('json');
       const meta = requestMeta(c);
-      const row = await deps.executions.fork(c.req.param('id'), body.code, meta);
+      const row = await deps.executions.fork(c.req.param('id'), body.code, meta, body.callback_url);
       return c.json(lineageView(row), 202);
     },
   );

@@ -148,6 +148,8 @@ describe('every operation answers as the document says', () => {
     await check('get', '/jobs/{id}/events', await get(`/jobs/${done}/events`));
     await check('get', '/jobs/{id}/events', await get(`/jobs/${done}/events`, { 'Last-Event-ID': 'x' }));
     await check('get', '/jobs/{id}/events', await get('/jobs/nope/events'));
+    expect(await check('get', '/jobs/{id}/deliveries', await get(`/jobs/${done}/deliveries`))).toEqual({ job_id: done, callback_url: null, deliveries: [] });
+    await check('get', '/jobs/{id}/deliveries', await get('/jobs/nope/deliveries'));
     await untilRunning(slow.job_id);
     expect((await check('post', '/jobs/{id}/cancel', await post(`/jobs/${slow.job_id}/cancel`))).status).toBe('cancelled');
     await check('post', '/jobs/{id}/cancel', await post(`/jobs/${done}/cancel`));

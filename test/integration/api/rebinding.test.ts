@@ -124,9 +124,9 @@ describe('without authentication', () => {
   }, 60_000);
 
   it('a route that takes no body refuses one (400); a body without Content-Type is 415', async () => {
-    const rerun = await send(port, 'POST', `/jobs/${finished}/rerun`, { ...self, ...JSON_TYPE }, '{}');
-    expect(rerun.status).toBe(400);
-    expect(rerun.body.detail).toContain('takes no request body');
+    const cancel = await send(port, 'POST', `/jobs/${finished}/cancel`, { ...self, ...JSON_TYPE }, '{}');
+    expect(cancel.status).toBe(400);
+    expect(cancel.body.detail).toContain('takes no request body');
     expect((await send(port, 'DELETE', '/dlq/1', { ...self, ...JSON_TYPE }, '{}')).status).toBe(400);
     expect((await send(port, 'POST', '/execute', self, JSON.stringify({ code: 'print(1)' }))).status).toBe(415);
   });
