@@ -32,6 +32,9 @@ export class Metrics {
   readonly httpRequests: Counter<'method' | 'route' | 'status'>;
   readonly httpDuration: Histogram<'method' | 'route'>;
   readonly eventStreams: Gauge;
+  /** DLQ entries (all processes) and the configured max_queue_size: set at scrape, for the chart's alerts. */
+  readonly dlqEntries: Gauge;
+  readonly queueMaxSize: Gauge;
   readonly eventStreamsRefused: Counter<'reason'>;
   /** Webhook attempts by what followed them (issue 21; the chart alerts on `failed`). */
   readonly webhookDeliveries: Counter<'outcome'>;
@@ -80,6 +83,8 @@ export class Metrics {
       buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300],
       registers,
     });
+    this.dlqEntries = new Gauge({ name: 'sandpod_dlq_entries', help: 'Entries in the dead letter queue (all processes)', registers });
+    this.queueMaxSize = new Gauge({ name: 'sandpod_queue_max_size', help: 'max_queue_size: jobs queued or running beyond which submissions are refused', registers });
     this.eventStreams = new Gauge({ name: 'sandpod_event_streams_open', help: 'Event streams (GET /jobs/{id}/events) open in this process', registers });
     this.eventStreamsRefused = new Counter({
       name: 'sandpod_event_streams_refused_total',

@@ -17,7 +17,9 @@ export function metricsRoutes(deps: AppDeps) {
       responses: { 200: { description: 'Prometheus text exposition format', content: { 'text/plain': { schema: { type: 'string' } } } } },
     }),
     async (c) => {
-      const counts = await deps.history.queueCounts().catch(() => null);
+      const [counts, dlq] = await Promise.all([deps.history.queueCounts().catch(() => null), deps.history.dlqStats().catch(() => null)]);
+      if (dlq) deps.metrics.dlqEntries.set(dlq.total);
+      deps.metrics.queueMaxSize.set(deps.config.max_queue_size);
       if (counts) {
         deps.metrics.queueDepth.set({ state: 'queued' }, counts.queued);
         deps.metrics.queueDepth.set({ state: 'running' }, counts.running);
