@@ -122,6 +122,7 @@ export async function createService(config: Config, o: ServiceOverrides = {}): P
   const registry: JobTypeRegistry = builds;
   currentTypes = registry;
   metrics.watchWarmPool(() => runtime.warmPoolStats?.() ?? []);
+  metrics.watchLeadership(() => runtime.leadership?.() ?? null);
   const slots = new Slots(config.max_workers);
   const executions = new Executions({
     db,

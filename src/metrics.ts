@@ -5,7 +5,7 @@
  * several apps in one process. The exposition passes `promtool check metrics` (tested).
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { WarmPoolStats } from './runtime/runtime.ts';
+import type { LeadershipStatus, WarmPoolStats } from './runtime/runtime.ts';
 import type { ExecutionRow } from './store/database.ts';
 
 /** prom-client default gauges that repeat `sum(<name without _total>)` under a counter's suffix. */
@@ -39,6 +39,7 @@ export class Metrics {
   /** Webhook attempts by what followed them (issue 21; the chart alerts on `failed`). */
   readonly webhookDeliveries: Counter<'outcome'>;
   private warmSource: () => WarmPoolStats[] = () => [];
+  private leaderSource: () => LeadershipStatus | null = () => null;
   private authSource: () => AuthStats | null = () => null;
 
   constructor(opts: { defaultMetrics?: boolean } = {}) {
@@ -177,6 +178,19 @@ export class Metrics {
         for (const s of warm()) if (s.handover_retries !== undefined) this.inc({ job_type: s.job_type }, s.handover_retries);
       },
     });
+    // Leader election (issue 20): which replica runs the cluster-wide loops.
+    const leader = () => this.leaderSource();
+    new Gauge({
+      name: 'sandpod_leader',
+      help: '1 while this replica holds the leader Lease and runs the cluster-wide loops (pool sizing, orphan sweep), else 0; absent without a cluster runtime',
+      labelNames: ['identity'],
+      registers,
+      collect() {
+        this.reset();
+        const l = leader();
+        if (l) this.set({ identity: l.identity }, l.leading ? 1 : 0);
+      },
+    });
     if (opts.defaultMetrics) {
       // prom-client's standard names (process_*, nodejs_*), unprefixed, so stock dashboards and
       // alerts find them.
@@ -190,6 +204,11 @@ export class Metrics {
   /** Where the warm sandbox series come from (the runtime's pools). */
   watchWarmPool(source: () => WarmPoolStats[]): void {
     this.warmSource = source;
+  }
+
+  /** Where leadership comes from (the Kubernetes runtime). */
+  watchLeadership(source: () => LeadershipStatus | null): void {
+    this.leaderSource = source;
   }
 
   /** Where the API tokens' state comes from (api/middleware/auth.ts). */

@@ -1,6 +1,6 @@
 /**
  * The Kubernetes client layer: configuration loading, the typed API calls, a reconnecting informer
- * and exec over WebSocket. It knows nothing of runs or job types (runtime/kubernetes and jobtypes
+ * exec over WebSocket, and leader election over a Lease. It knows nothing of runs or job types (runtime/kubernetes and jobtypes
  * build on it). Its calls go through no breaker and no retry (the service guards whole run attempts);
  * the informer reconnects with its own backoff and never touches the breaker. Every request has a
  * deadline: calls, exec upgrades, watch headers, and watches themselves (past `timeoutSeconds`).
@@ -12,3 +12,5 @@ export { execInContainer, exitCodeOf, ExecError, EXEC_PROTOCOLS, upgradeRefused,
 export { followLog, LogHttpError, type LogFollowHandle, type LogFollowRequest } from './log-stream.ts';
 export { openWatch, WatchStalledError, WatchConnectTimeoutError, WatchHttpError, type WatchHandle, type WatchRequest } from './watch.ts';
 export { attachToContainer, type AttachRequest, type AttachSession } from './attach.ts';
+export { LeaderElector, kubeLeaseStore, type LeaseStore, type LeaseApi, type LeaderElectorOptions } from './leader-elector.ts';
+export { DEFAULT_TIMING, decideLease, type ElectionTiming, type LeaseRecord } from './lease-decide.ts';

@@ -140,9 +140,9 @@ export class LeaderElector {
     this.setLeading(true);
   }
 
-  /** Starts the loop (first attempt at once). */
-  start(): void {
-    if (this.running) return;
+  /** Starts the loop; resolves when the first attempt (made at once) is done. */
+  start(): Promise<void> {
+    if (this.running) return Promise.resolve();
     this.running = true;
     const loop = () => {
       if (!this.running) return;
@@ -152,6 +152,7 @@ export class LeaderElector {
       });
     };
     loop();
+    return this.ticking ?? Promise.resolve();
   }
 
   /** Stops the loop; a leader releases the Lease so another replica takes over at once. */

@@ -229,6 +229,20 @@ export interface Runtime {
   readonly builder?: Builder;
   /** Warm sandbox pools per job type (runtimes that keep them; issue 10). */
   warmPoolStats?(): WarmPoolStats[];
+  /** Leader election among replicas (runtimes with cluster-wide loops; issue 20). */
+  leadership?(): LeadershipStatus;
+}
+
+/** Whether this replica runs the cluster-wide loops (`/health`, `/metrics`). */
+export interface LeadershipStatus {
+  /** False: no election (one replica), this one always leads. */
+  enabled: boolean;
+  identity: string;
+  leading: boolean;
+  /** The Lease's holder as last seen ('' when released or not read yet). */
+  holder: string;
+  /** `namespace/name` of the Lease; null without election. */
+  lease: string | null;
 }
 
 /** A build's progress, as a builder reports it (`resolving`, `installing`, `publishing`…). */

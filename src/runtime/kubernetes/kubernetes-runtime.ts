@@ -20,11 +20,13 @@ import { baseObservation, emptyRun } from '../run-output.ts';
 import path from 'node:path';
 import { patchJobTypeStatus } from '../../jobtypes/kubernetes-registry.ts';
 import { KubernetesBuilder } from './builds/builder.ts';
-import { RunGoneError, type Builder, type WarmPoolStats, type RawRun, type RunOptions, type RunSpec, type Runtime, type RuntimeHealth, type RuntimeHooks } from '../runtime.ts';
+import { RunGoneError, type Builder, type LeadershipStatus, type WarmPoolStats, type RawRun, type RunOptions, type RunSpec, type Runtime, type RuntimeHealth, type RuntimeHooks } from '../runtime.ts';
 import type { JobType } from '../../jobtypes/job-type.ts';
 import { buildJob } from './runs/build-job.ts';
 import { EgressCredentials } from './runs/egress.ts';
 import { collectGarbage, ensureJob, ensureSecret } from './runs/run-objects.ts';
+import { Leadership } from './leadership.ts';
+import { runtimeHealth } from './health.ts';
 import { RuntimeClassLookup } from './runtime-class.ts';
 import { WarmPool } from './pool/pool.ts';
 import { RunController } from './runs/controller.ts';
@@ -41,6 +43,8 @@ import { NetworkCheck } from './checks/network-check.ts';
 export interface KubernetesRuntimeOptions {
   /** Client configuration; default `KubeConfig.loadFromDefault()` (in-cluster service account or `KUBECONFIG`). */
   kubeConfig?: KubeConfig;
+  /** This replica's name in leader election (default: POD_NAME, else host and pid). */
+  identity?: string;
   /** Needed by `start()` to garbage-collect Jobs whose record is terminal or missing. */
   hooks?: RuntimeHooks;
   clock?: Clock;
@@ -69,6 +73,8 @@ export interface KubernetesRuntimeOptions {
     healthCacheMs?: number;
     /** How often a build watches its pod, ms. */
     buildPollMs?: number;
+    /** How often the leader sweeps orphaned run Jobs, ms (leadership.ts). */
+    sweepIntervalMs?: number;
     /** How often the warm pool is reconciled without an event, ms. */
     poolIntervalMs?: number;
     /** How long a program may take to start once handed to an attach pod, ms (runs/attached.ts). */
@@ -107,6 +113,7 @@ class KubernetesRuntime implements Runtime {
   /** Job-type builds (builder.ts); present when `kubernetes.build_registry` is set. */
   readonly builder?: Builder;
   private pool: WarmPool | null = null;
+  private leader: Leadership | null = null;
 
   constructor(
     private readonly config: Config,
@@ -186,7 +193,21 @@ class KubernetesRuntime implements Runtime {
     await this.controller.start();
     this.started = true;
     await this.runtimeClass.refresh();
-    await this.collectGarbage();
+    // The orphan sweep and the pool's creates and removals are the leader's (leadership.ts).
+    this.leader = new Leadership({
+      api: this.api,
+      config: this.config,
+      clock: this.clock,
+      log: this.log,
+      sweep: () => this.collectGarbage(),
+      ...(this.options.identity !== undefined ? { identity: this.options.identity } : {}),
+      ...(this.options.tuning?.sweepIntervalMs !== undefined ? { sweepIntervalMs: this.options.tuning.sweepIntervalMs } : {}),
+      onChange: () => {
+        this.healthCache = null;
+        void this.pool?.kick();
+      },
+    });
+    await this.leader.start();
     if (this.options.jobTypes) {
       const jobTypes = this.options.jobTypes;
       this.pool = new WarmPool({
@@ -199,6 +220,7 @@ class KubernetesRuntime implements Runtime {
         runtimeClassName: () => this.runtimeClass.forRun(),
         runnerSource: () => this.runner(),
         deliverSource: () => this.deliver(),
+        leading: () => this.leader?.leading ?? true,
         ...(this.options.tuning?.poolIntervalMs !== undefined ? { intervalMs: this.options.tuning.poolIntervalMs } : {}),
       });
       this.pool.start();
@@ -226,7 +248,13 @@ class KubernetesRuntime implements Runtime {
     this.networkCheck = networkCheck;
   }
 
+  /** This replica's part in leader election (`/health`, `/metrics`). */
+  leadership(): LeadershipStatus {
+    return this.leader?.status() ?? { enabled: false, identity: '', leading: false, holder: '', lease: null };
+  }
+
   async stop(): Promise<void> {
+    await this.leader?.stop();
     this.preflight?.stop();
     this.networkCheck?.stop();
     this.pool?.stop();
@@ -238,38 +266,7 @@ class KubernetesRuntime implements Runtime {
     const ttl = this.options.tuning?.healthCacheMs ?? 5000;
     const now = this.clock.now();
     if (this.healthCache && now - this.healthCache.at < ttl) return this.healthCache.value;
-    let available = false;
-    let error: string | undefined;
-    try {
-      // Listing Jobs proves the API answers and that our role in the runs namespace works.
-      await this.api.listJobs(this.ns, `${LABELS.instance}=${this.config.kubernetes.instance}`, 1);
-      available = true;
-    } catch (err) {
-      error = err instanceof Error ? err.message : String(err);
-    }
-    const gvisor = (available ? await this.runtimeClass.refresh(true) : this.runtimeClass.exists) === true;
-    const pf = this.preflight?.result;
-    const problems = [
-      ...(pf && (pf.status === 'failed' || pf.status === 'inconclusive') ? [`preflight ${pf.status}: ${pf.reason}`] : []),
-      ...(this.networkCheck ? [NetworkCheck.problem(this.networkCheck.result)].filter((p): p is string => p !== null) : []),
-    ];
-    const value: RuntimeHealth = {
-      available,
-      gvisorAvailable: gvisor,
-      engine: 'kubernetes',
-      isolated: true,
-      limits: 'kubernetes',
-      detail: {
-        runs_namespace: this.ns,
-        runtime_class: this.config.kubernetes.runtime_class,
-        informers_synced: this.controller.pods.synced && this.controller.jobs.synced,
-        runs_in_flight: this.controller.inFlight,
-        ...(this.preflight ? { preflight: this.preflight.result } : {}),
-        ...(this.networkCheck ? { network_check: this.networkCheck.result } : {}),
-        ...(error ? { error } : {}),
-      },
-      ...(problems.length > 0 ? { problems } : {}),
-    };
+    const value = await runtimeHealth({ api: this.api, config: this.config, runtimeClass: this.runtimeClass, controller: this.controller, preflight: this.preflight, networkCheck: this.networkCheck, leadership: this.leadership() });
     this.healthCache = { value, at: now };
     return value;
   }

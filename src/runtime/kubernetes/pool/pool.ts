@@ -35,6 +35,8 @@ export interface WarmPoolOptions {
   runnerSource: () => string;
   /** Text of deliver.py (the collector of pool pods). */
   deliverSource: () => string;
+  /** Whether this replica creates and removes pool Jobs (the leader's job); default: always. */
+  leading?: () => boolean;
   /** How often the pool is reconciled without an event, ms. */
   intervalMs?: number;
   /** Pool Jobs created at once per JobType. */
@@ -180,6 +182,9 @@ export class WarmPool {
       wants.push({ jobType: jt.name, size, specHash: t.specHash });
     }
     this.hashes = hashes;
+    // Creates and removals are the leader's (issue 20): with several replicas a pool never exceeds
+    // its size. Every replica still knows the templates above, so every replica can claim.
+    if (this.o.leading && !this.o.leading()) return;
     const members = this.members();
     const now = this.o.clock.now();
     const holdUntil = this.noteFailures(members, now);

@@ -1,0 +1,180 @@
+/**
+ * Three replicas of the Kubernetes runtime against one fake API server (issue 20): one leads (the
+ * Lease), only the leader creates and removes pool Jobs so the pool never exceeds its size, every
+ * replica claims pool pods and runs programs, each run ends exactly once, and when the leader stops
+ * another takes over and keeps the pool filled. The orphan sweep is the leader's alone.
+ */
+import { readFileSync } from 'node:fs';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { JobType } from '../../../src/jobtypes/job-type.ts';
+import { KubeApi } from '../../../src/kube/kube-api.ts';
+import { POOL_LABELS } from '../../../src/runtime/kubernetes/pool/pool-plan.ts';
+import { executionLabel, LABELS } from '../../../src/runtime/kubernetes/names.ts';
+import type { Runtime } from '../../../src/runtime/runtime.ts';
+import { RUNNER_PATH } from '../../../src/sandbox/paths.ts';
+import { FakeKube, jobType, spec, startRuntime, testConfig } from '../../support/kube-runtime.ts';
+
+const NS = 'sandpod-jobs';
+const runnerSource = readFileSync(RUNNER_PATH, 'utf8');
+let fake: FakeKube;
+let types: JobType[];
+let replicas: Runtime[] = [];
+const live = new Set<string>();
+
+async function replica(identity: string): Promise<Runtime> {
+  const rt = await startRuntime(fake, {
+    config: testConfig({
+      kubernetes: {
+        executor_image: 'sandpod/executor:test',
+        deadline_grace_seconds: 5,
+        preflight: false,
+        warm_pool_size: 2,
+        leader_election: { lease_name: 'sandpod-leader', lease_duration_seconds: 3, renew_deadline_seconds: 2, retry_period_seconds: 0.25 },
+      },
+    }),
+    options: {
+      identity,
+      runnerSource,
+      jobTypes: () => types,
+      hooks: { liveExecutionIds: async (ids) => new Set(ids.filter((id) => live.has(id))) },
+      tuning: { podGoneGraceMs: 150, execTimeoutMs: 5000, informerBackoffInitialMs: 20, informerBackoffMaxMs: 200, healthCacheMs: 0, poolIntervalMs: 50, sweepIntervalMs: 200 },
+    },
+  });
+  replicas.push(rt);
+  return rt;
+}
+
+const unclaimedPool = () => fake.list('jobs', NS).filter((j) => j.metadata.labels?.[POOL_LABELS.pool] && !j.metadata.labels?.[LABELS.executionId] && !j.metadata.deletionTimestamp);
+const readyIdle = () =>
+  unclaimedPool().filter((j) => fake.podOfJob(j.metadata.name)?.status?.containerStatuses?.find((c: { name: string }) => c.name === 'main')?.state?.running);
+const leaders = () => replicas.filter((r) => r.leadership!().leading);
+
+/**
+ * Plays the kubelet for cold run pods (the fake runs real programs only in pool pods): schedules
+ * each, runs `main`, gives it the output `outputOf` says and ends it. Returns a stop function.
+ */
+function driveColdPods(outputOf: (executionLabel: string) => string): () => void {
+  const done = new Set<string>();
+  const t = setInterval(() => {
+    for (const p of fake.list('pods', NS)) {
+      const label = p.metadata.labels?.[LABELS.executionId];
+      if (!label || p.metadata.labels?.[POOL_LABELS.pool] || done.has(p.metadata.name)) continue;
+      done.add(p.metadata.name);
+      fake.schedule(p.metadata.name);
+      fake.mainRunning(p.metadata.name);
+      fake.setOutput(p.metadata.name, { phase: 'completed', stdout: outputOf(label), stderr: '', report: { phase: 'completed', exit_code: 0 } });
+      fake.mainTerminated(p.metadata.name, 0);
+    }
+  }, 30);
+  return () => clearInterval(t);
+}
+
+/** Samples the unclaimed pool size every 20 ms while `during` runs; returns the largest seen. */
+async function maxPoolDuring(during: () => Promise<unknown>): Promise<number> {
+  let max = 0;
+  const t = setInterval(() => (max = Math.max(max, unclaimedPool().length)), 20);
+  try {
+    await during();
+  } finally {
+    clearInterval(t);
+  }
+  return Math.max(max, unclaimedPool().length);
+}
+
+beforeEach(async () => {
+  fake = await FakeKube.start({ runWarmPods: true, schedulePods: true });
+  fake.addRuntimeClass('gvisor');
+  types = [jobType()];
+  live.clear();
+});
+afterEach(async () => {
+  for (const rt of replicas.splice(0)) await rt.stop();
+  await fake.close();
+});
+
+describe('three replicas (fake API server, real runner)', () => {
+  it('one leads; the pool never exceeds its size; every replica claims and each run ends exactly once', async () => {
+    await Promise.all(['r0', 'r1', 'r2'].map((id) => replica(id)));
+    await fake.waitFor(() => leaders().length === 1, 5000, 'a leader');
+    const leader = leaders()[0]!.leadership!();
+    expect(replicas.map((r) => r.leadership!().holder)).toEqual(expect.arrayContaining([leader.identity]));
+    expect((await replicas[0]!.health()).detail?.leader).toMatchObject({ enabled: true, lease: 'sandpod/sandpod-leader' });
+
+    const fill = await maxPoolDuring(() => fake.waitFor(() => readyIdle().length === 2, 8000, 'two ready pool pods'));
+    expect(fill).toBeLessThanOrEqual(2);
+
+    // Nine runs, three through each replica, at once: every one succeeds once, with its own output.
+    const specs = Array.from({ length: 9 }, (_, i) => spec({ code: `print("run-${i}")` }));
+    // Their records are live (not terminal) while they run, as the service's hooks would say.
+    for (const s of specs) live.add(s.executionId);
+    const index = new Map(specs.map((s, i) => [executionLabel(s.executionId), i]));
+    const stopDriving = driveColdPods((label) => `run-${index.get(label)} (cold)\n`);
+    let raws: Awaited<ReturnType<Runtime['run']>>[] = [];
+    const burstMax = await maxPoolDuring(async () => {
+      raws = await Promise.all(specs.map((s, i) => replicas[i % 3]!.run(s))).finally(stopDriving);
+    });
+    // Every run ended once and well, with its own output: warm hits ran the real program, cold
+    // ones got what the kubelet stand-in gave them.
+    expect(JSON.stringify(raws.map((r) => [r.observation.exitCode, r.observation.infraError]))).toBe(JSON.stringify(raws.map(() => [0, null])));
+    const warm = raws.filter((r, i) => r.stdout === `run-${i}\n`).length;
+    const cold = raws.filter((r, i) => r.stdout === `run-${i} (cold)\n`).length;
+    expect(warm + cold).toBe(9);
+    const hits = replicas.reduce((n, r) => n + r.warmPoolStats!().reduce((m, st) => m + st.hits, 0), 0);
+    expect(warm).toBe(hits);
+    expect(hits).toBeGreaterThanOrEqual(2);
+    expect(burstMax).toBeLessThanOrEqual(2);
+    for (const s of specs) {
+      const jobs = fake.list('jobs', NS).filter((j) => j.metadata.labels?.[LABELS.executionId] === executionLabel(s.executionId));
+      expect(jobs.length, s.executionId).toBe(1);
+    }
+    // Warm hits happened on more than one replica (each claims for its own runs).
+    const hitsBy = replicas.map((r) => r.warmPoolStats!().reduce((n, s) => n + s.hits, 0));
+    expect(hitsBy.filter((h) => h > 0).length).toBeGreaterThan(1);
+  });
+
+  it('when the leader stops it releases the Lease; another replica leads within a retry or two and keeps the pool filled', async () => {
+    await Promise.all(['r0', 'r1', 'r2'].map((id) => replica(id)));
+    await fake.waitFor(() => leaders().length === 1, 5000, 'a leader');
+    await fake.waitFor(() => readyIdle().length === 2, 8000, 'two ready pool pods');
+    const old = leaders()[0]!;
+    const oldId = old.leadership!().identity;
+    replicas = replicas.filter((r) => r !== old);
+    const stoppedAt = Date.now();
+    await old.stop();
+    await fake.waitFor(() => leaders().length === 1, 3000, 'a new leader');
+    const tookMs = Date.now() - stoppedAt;
+    expect(leaders()[0]!.leadership!().identity).not.toBe(oldId);
+    // Released, not expired: well under the 3 s lease duration.
+    expect(tookMs).toBeLessThan(2500);
+    // The new leader refills after claims.
+    const two = [spec(), spec()];
+    for (const s of two) live.add(s.executionId);
+    const stopDriving = driveColdPods(() => 'cold\n');
+    const runs = await Promise.all(two.map((s, i) => replicas[i]!.run(s))).finally(stopDriving);
+    expect(runs.every((r) => r.observation.exitCode === 0)).toBe(true);
+    const max = await maxPoolDuring(() => fake.waitFor(() => readyIdle().length === 2, 8000, 'the pool refilled by the new leader'));
+    expect(max).toBeLessThanOrEqual(2);
+  });
+
+  it('the orphan sweep runs on the leader only: a run Job whose execution is gone is deleted once a leader sweeps', async () => {
+    types = [];
+    await replica('r0');
+    await fake.waitFor(() => leaders().length === 1, 5000, 'a leader');
+    // A follower that never leads (the Lease is held by r0) sweeps nothing.
+    const follower = await replica('r1');
+    expect(follower.leadership!().leading).toBe(false);
+    const orphanId = 'dead0000-aaaa-4bbb-8ccc-000000000001';
+    const liveId = 'live0000-aaaa-4bbb-8ccc-000000000002';
+    live.add(liveId);
+    for (const id of [orphanId, liveId]) {
+      await new KubeApi(fake.kubeConfig()).createJob({
+        metadata: { namespace: NS, name: `sp-${id.slice(0, 8)}`, labels: { [LABELS.executionId]: id, [LABELS.instance]: 'sandpod', 'app.kubernetes.io/managed-by': 'sandpod' }, annotations: { 'sandpod.io/execution-id': id } },
+        spec: { template: { spec: { containers: [{ name: 'main', image: 'x' }], restartPolicy: 'Never' } } },
+      });
+    }
+    await fake.waitFor(() => !fake.list('jobs', NS).some((j) => j.metadata.name === 'sp-dead0000'), 5000, 'the orphan swept');
+    expect(fake.list('jobs', NS).some((j) => j.metadata.name === 'sp-live0000')).toBe(true);
+    const deletes = fake.requests.filter((r) => r.method === 'DELETE' && r.path.includes('/jobs/sp-dead0000'));
+    expect(deletes.length).toBeGreaterThanOrEqual(1);
+  });
+});
