@@ -227,6 +227,11 @@ export interface Runtime {
   unreserve?(executionId: string): void;
   /** Builds job types into pinned environments (SPEC §4.9); absent where builds are not supported yet. */
   readonly builder?: Builder;
+  /**
+   * Sessions (issue 19): a sandbox for one session only, never reused, with a persistent interpreter.
+   * Absent where the runtime has none; rejects when one cannot be started.
+   */
+  openSession?(jobType: JobType, o: { maxStreamBytes: number; startupMs: number }): Promise<SessionSandbox>;
   /** Warm sandbox pools per job type (runtimes that keep them; issue 10). */
   warmPoolStats?(): WarmPoolStats[];
   /** Leader election among replicas (runtimes with cluster-wide loops; issue 20). */
@@ -305,4 +310,33 @@ export interface WarmPoolStats {
    * was tried again (another warm sandbox, or cold). In `/metrics` only; absent where not counted.
    */
   handover_retries?: number;
+}
+
+/** How a session's sandbox ended: closed by the service, crashed (a cell that ignored its interrupt, a dead interpreter), or OOM. */
+export interface SessionEnd {
+  reason: 'closed' | 'crashed' | 'oom';
+  detail: string;
+}
+
+/** One cell of a session. */
+export interface CellSpec {
+  cell: number;
+  code: string;
+  inputJson: string;
+  timeoutSec: number;
+  maxStdoutBytes: number;
+  maxArtifactBytes: number;
+  onOutput?: ((stream: 'stdout' | 'stderr', chunk: Uint8Array) => void) | undefined;
+}
+
+/** A session's sandbox, as a runtime hands it out. */
+export interface SessionSandbox {
+  /** Host path of the cells' working directory (`/workspace`), where the runtime has one. */
+  readonly workspaceDir?: string;
+  /** Runs one cell (one at a time); a crash or OOM during it resolves too, and ends the sandbox. */
+  runCell(c: CellSpec): Promise<RawRun>;
+  /** Called once when the sandbox ends. */
+  onEnd(cb: (e: SessionEnd) => void): void;
+  /** Kills it and removes its traces. */
+  destroy(): Promise<void>;
 }

@@ -34,7 +34,7 @@ import { parseMemory, warmPoolSizes, type Config } from '../../config.ts';
 import { FileJobTypeRegistry, type JobType } from '../../jobtypes/job-type.ts';
 import { silentLogger, type Logger } from '../../logger.ts';
 import { baseObservation } from '../run-output.ts';
-import { RunGoneError, type RawRun, type RunOptions, type RunSpec, type Runtime, type RuntimeHealth, type WarmPoolStats } from '../runtime.ts';
+import { RunGoneError, type RawRun, type RunOptions, type RunSpec, type Runtime, type RuntimeHealth, type SessionSandbox, type WarmPoolStats } from '../runtime.ts';
 import { LocalBuilder } from './builds/build.ts';
 import { DepsCache } from './builds/deps.ts';
 import { type InstallContext } from './builds/install-sandbox.ts';
@@ -49,6 +49,7 @@ import { runscDelete } from './runs/proc.ts';
 import { RunDir, sandboxId } from './runs/run-dir.ts';
 import type { Prepared, RunContext, RunState } from './runs/run-state.ts';
 import { execute, finish, observe, openEgress, placeInCgroups, prepareRequirements, runLimits } from './runs/steps.ts';
+import { LocalSessionSandbox } from './session/session-sandbox.ts';
 import { runWarm } from './runs/warm-run.ts';
 import { SandboxHost } from './sandbox.ts';
 import { Spawner } from './spawner.ts';
@@ -198,6 +199,18 @@ class LocalRuntimeImpl implements LocalRuntime {
       log: this.log,
       background: (q) => this.background(q),
     });
+  }
+
+  /** A session's sandbox (issue 19; session/session-sandbox.ts): needs cgroups and a real engine. */
+  async openSession(jobType: JobType, o: { maxStreamBytes: number; startupMs: number }): Promise<SessionSandbox> {
+    const p = this.p;
+    if (!p) throw new Error('local runtime is not started');
+    const interpreter = this.config.python_interpreters[jobType.pythonVersion];
+    if (!interpreter) throw new Error(`no interpreter configured for python ${jobType.pythonVersion} (python_interpreters)`);
+    if (!p.cgroups || !p.spawner || p.engine === 'process') throw new Error('sessions need cgroups and a real sandbox engine (gVisor or bubblewrap)');
+    const { host, cgroups, spawner, runsDir } = p;
+    const deps = { host, cgroups, spawner, runsDir, runsc: this.bins.runsc, interpreter, log: this.log, now: () => this.clock.now() };
+    return LocalSessionSandbox.start({ ...deps, limitsFor: (jt, memoryBytes) => runLimits(host.engine, jt, memoryBytes, false) }, jobType, o.maxStreamBytes, o.startupMs);
   }
 
   async prewarm(jobType: JobType, size = 1): Promise<void> {

@@ -129,6 +129,20 @@ export class SpawnedProc implements RunProc {
     }
   }
 
+  /**
+   * Writes `text` to the stdin pipe of a child warmed with `fifos` and keeps it open (a session's
+   * channel: one short line per cell). Lines are far below the pipe's capacity and the reader drains
+   * it between cells, so the non-blocking write goes in whole.
+   */
+  write(text: string): void {
+    if (this.done || this.inFd === null) return;
+    try {
+      writeSync(this.inFd, text);
+    } catch {
+      /* the command is gone (EPIPE): its end is reported by `closed` */
+    }
+  }
+
   /** @internal The child and its named pipes exist: open this process's ends, then launch. */
   started(pid: number | null): void {
     this.pid = pid;

@@ -68,6 +68,8 @@ CLI
                             http://run-credential@proxy:3128, Kubernetes pool pods with allowed_hosts)
                             that the program's HTTP(S)_PROXY and ALL_PROXY (both cases) are set to at
                             the go: a per-run credential is never baked into a sandbox at its start.
+    --session               a persistent interpreter that runs cells one after another (sessions, issue 19);
+                            see run_session in the session part for its channel. Not with --wait or --exec.
     --go-port PORT          with --wait (Kubernetes pool pods): the go line and the phase lines travel over
                             one TCP connection on 127.0.0.1:PORT instead of stdin and the phase fd. The
                             runner listens before anything else runs in the pod (so no program can hold

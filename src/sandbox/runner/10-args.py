@@ -16,6 +16,7 @@ class Args:
     prompt_exit = False
     warm_up = False
     go_port = None
+    session = False
 
     def __init__(self):
         self.env = []
@@ -87,6 +88,8 @@ def parse_args(argv):
                 a.wait = True
             elif opt == '--prompt-exit':
                 a.prompt_exit = True
+            elif opt == '--session':
+                a.session = True
             elif opt == '--warm-up':
                 a.warm_up = True
             elif opt == '--go-port':

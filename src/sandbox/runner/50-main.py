@@ -17,6 +17,9 @@ def main():
         except OSError as e:
             die('cannot re-exec with a clean environment: %s' % e)
 
+    if a.session:
+        run_session(a)  # never returns (45-session.py)
+
     if a.exec_mode:
         if a.egress_proxy:
             die('--egress-proxy needs the forking mode (not --exec)')

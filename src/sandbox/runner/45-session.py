@@ -1,0 +1,217 @@
+SESSION_GRACE_SEC = 3.0
+
+
+def run_session(a):
+    """--session: a persistent interpreter that runs cells one after another (issue 19).
+
+    The runner stays the supervisor (not dumpable, out of the program's reach) and forks one
+    interpreter process (prepared like a program's: its own session, rlimits, fds 0-2, cwd). Channel:
+    the host writes one JSON line per cell on the runner's stdin, {"cell": N, "code": PATH,
+    "timeout": SECONDS, "max_stream_bytes": N}, after writing the cell's code to PATH (under the
+    read-only /code mount, which shows the host's writes). The runner answers on the phase fd:
+    `ready\\n` once, then per cell the program's output as frames `o LEN\\n` / `e LEN\\n` + bytes (at
+    most max_stream_bytes of each stream per cell; `t o|e\\n` once when a stream was cut), then
+    `r LEN\\n` + the cell's result as JSON. A cell past its timeout gets SIGINT (KeyboardInterrupt:
+    the interpreter and its state survive; the result says timed_out); a cell still running
+    SESSION_GRACE_SEC later is killed with its whole process group and the runner ends after
+    `x LEN\\n` + {"reason": "interrupt_ignored"}. An interpreter that dies (OOM kill, os._exit) ends
+    the runner the same way with its exit status or signal. EOF on stdin ends the session.
+    """
+    import json
+    import select
+    import time
+    import _signal as signal
+
+    if not set_dumpable(False):
+        die('cannot make the runner non-dumpable (prctl PR_SET_DUMPABLE)')
+    out_r, out_w = os.pipe2(os.O_CLOEXEC)
+    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    cmd_r, cmd_w = os.pipe2(os.O_CLOEXEC)
+    res_r, res_w = os.pipe2(os.O_CLOEXEC)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        for fd in (out_r, err_r, cmd_w, res_r):
+            os.close(fd)
+        if a.phase_fd > 2:
+            os.close(a.phase_fd)
+        prepare_child(a, out_w, err_w)
+        set_dumpable(True)
+        session_interpreter(a, cmd_r, res_w)
+    for fd in (out_w, err_w, cmd_r, res_w):
+        os.close(fd)
+    phase = a.phase_fd if a.phase_fd >= 0 else 1
+
+    def emit(data):
+        try:
+            os.write(phase, data)
+        except OSError:
+            os._exit(0)
+
+    def frame(kind, data):
+        emit(b'%s %d\n' % (kind, len(data)) + data)
+
+    def end(info):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        frame(b'x', json.dumps(info).encode())
+        os._exit(0)
+
+    emit(b'ready\n')
+    stdin_buf = b''
+    res_buf = b''
+    cell = None  # {'deadline', 'interrupted_at', 'caps': {fd: left}, 'cut': set()}
+    caps_default = a.max_stream_bytes
+    while True:
+        timeout = None
+        now = time.monotonic()
+        if cell is not None:
+            limit = cell['interrupted_at'] + SESSION_GRACE_SEC if cell['interrupted_at'] else cell['deadline']
+            timeout = max(0.0, limit - now)
+        try:
+            ready, _, _ = select.select([0, out_r, err_r, res_r], [], [], timeout)
+        except InterruptedError:
+            continue
+        now = time.monotonic()
+        if cell is not None and not ready:
+            if cell['interrupted_at'] is None:
+                cell['interrupted_at'] = now
+                try:
+                    os.kill(pid, signal.SIGINT)
+                except OSError:
+                    pass
+            elif now >= cell['interrupted_at'] + SESSION_GRACE_SEC:
+                end({'reason': 'interrupt_ignored', 'cell': cell['n']})
+            continue
+        for fd in ready:
+            if fd in (out_r, err_r):
+                data = os.read(fd, 65536)
+                if not data:
+                    continue
+                if cell is None:
+                    continue  # output of something a finished cell left running: nobody's
+                left = cell['caps'][fd]
+                kind = b'o' if fd == out_r else b'e'
+                if len(data) > left and kind not in cell['cut']:
+                    cell['cut'].add(kind)
+                    if left > 0:
+                        frame(kind, data[:left])
+                    emit(b't %s\n' % kind)
+                    cell['caps'][fd] = 0
+                elif left > 0:
+                    frame(kind, data)
+                    cell['caps'][fd] = left - len(data)
+            elif fd == res_r:
+                data = os.read(res_r, 65536)
+                if not data:
+                    _, status = os.waitpid(pid, 0)
+                    end({'reason': 'interpreter_ended', 'exit_code': os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+                         'signal': os.WTERMSIG(status) if os.WIFSIGNALED(status) else None})
+                res_buf += data
+                while b'\n' in res_buf:
+                    line, res_buf = res_buf.split(b'\n', 1)
+                    # What the cell printed before its result is in the pipes already: pass it on first.
+                    for sfd, kind in ((out_r, b'o'), (err_r, b'e')):
+                        while cell is not None and select.select([sfd], [], [], 0)[0]:
+                            chunk = os.read(sfd, 65536)
+                            if not chunk:
+                                break
+                            left = cell['caps'][sfd]
+                            if left > 0:
+                                frame(kind, chunk[:left])
+                                cell['caps'][sfd] = max(0, left - len(chunk))
+                                if len(chunk) > left and kind not in cell['cut']:
+                                    cell['cut'].add(kind)
+                                    emit(b't %s\n' % kind)
+                    try:
+                        res = json.loads(line)
+                    except ValueError:
+                        res = {}
+                    if cell is not None:
+                        res['timed_out'] = cell['interrupted_at'] is not None
+                    frame(b'r', json.dumps(res).encode())
+                    cell = None
+            else:
+                data = os.read(0, 65536)
+                if not data:
+                    end({'reason': 'closed'})
+                stdin_buf += data
+                while b'\n' in stdin_buf and cell is None:
+                    line, stdin_buf = stdin_buf.split(b'\n', 1)
+                    try:
+                        cmd = json.loads(line)
+                        n = int(cmd['cell'])
+                    except (ValueError, KeyError, TypeError):
+                        continue
+                    caps = int(cmd.get('max_stream_bytes', caps_default))
+                    cell = {'n': n, 'deadline': time.monotonic() + float(cmd.get('timeout', a.timeout)), 'interrupted_at': None,
+                            'caps': {out_r: caps, err_r: caps}, 'cut': set()}
+                    os.write(cmd_w, json.dumps({'cell': n, 'code': cmd.get('code')}).encode() + b'\n')
+
+
+def session_interpreter(a, cmd_r, res_w):
+    """The session's interpreter (forked, prepared): runs each cell in one __main__; never returns."""
+    import builtins
+    import json
+    import time
+    import _signal as signal
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    main_mod = type(sys)('__main__')
+    main_mod.__builtins__ = builtins
+    sys.modules['__main__'] = main_mod
+    sys.argv = ['']
+    sys.path[0] = os.getcwd()
+    cmds = os.fdopen(cmd_r, 'rb', buffering=0)
+    buf = b''
+    while True:
+        while b'\n' not in buf:
+            try:
+                data = cmds.read(65536)
+            except KeyboardInterrupt:
+                continue  # an interrupt that came after its cell ended
+            if not data:
+                os._exit(0)
+            buf += data
+        line, buf = buf.split(b'\n', 1)
+        cmd = json.loads(line)
+        res = {'cell': cmd['cell'], 'exit_code': 0}
+        t0 = time.monotonic()
+        try:
+            try:
+                path = cmd['code']
+                with open(path, 'rb') as f:
+                    source = f.read()
+                main_mod.__file__ = path
+                exec(compile(source, path, 'exec'), main_mod.__dict__)
+            except SystemExit as e:
+                code = e.code
+                res['exit_code'] = 0 if code is None else code if isinstance(code, int) else 1
+            except BaseException as e:  # noqa: B902 — every uncaught exception is the cell's result
+                res.update(exception_fields(exception_parts(e)))
+                res['exit_code'] = 1
+                t = e.__traceback__
+                while t is not None and t.tb_frame.f_code.co_filename != cmd['code']:
+                    t = t.tb_next
+                e.__traceback__ = t
+                try:
+                    sys.excepthook(type(e), e, t)
+                except BaseException:
+                    pass
+            for s in (sys.stdout, sys.stderr):
+                try:
+                    s.flush()
+                except BaseException:
+                    pass
+        except KeyboardInterrupt:
+            res.update(exception_fields(exception_parts(KeyboardInterrupt())))
+            res['exit_code'] = 1
+        res['execution_ms'] = int((time.monotonic() - t0) * 1000)
+        while True:
+            try:
+                os.write(res_w, json.dumps(res).encode() + b'\n')
+                break
+            except KeyboardInterrupt:
+                continue
