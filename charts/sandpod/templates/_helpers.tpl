@@ -134,6 +134,19 @@ src/config.ts ConfigSchema (a test parses this with the service's own parseConfi
 {{- $_ := set $k8s "build_ephemeral_storage" .resources.ephemeralStorage }}
 {{- end }}
 {{- $_ := set $cfg "kubernetes" $k8s }}
+{{- with .Values.webhooks }}
+{{- if .enabled }}
+{{- $_ := set $cfg "webhooks" (dict
+  "allowed_hosts" .allowedHosts
+  "allow_private_addresses" .allowPrivateAddresses
+  "default_callback_url" (ternary .defaultCallbackUrl nil (ne .defaultCallbackUrl ""))
+  "max_attempts" (int .maxAttempts)
+  "max_age_seconds" (int .maxAgeSeconds)
+  "base_delay_seconds" (int .baseDelaySeconds)
+  "timeout_seconds" (int .timeoutSeconds)
+  "secrets_file" "/etc/sandpod/webhooks/secrets") }}
+{{- end }}
+{{- end }}
 {{- toYaml $cfg }}
 {{- end }}
 
@@ -202,4 +215,13 @@ sandpod.io/instance: {{ .Release.Name }}
 {{/* The proxy URL run pods get (without credentials). */}}
 {{- define "sandpod.egressProxy.url" -}}
 {{- printf "http://%s.%s.svc.%s:%d" (include "sandpod.egressProxy.fullname" .) .Release.Namespace .Values.egressProxy.clusterDomain (int .Values.egressProxy.port) }}
+{{- end }}
+
+{{/* Secret and key holding the webhook signing secrets (webhooks.enabled). */}}
+{{- define "sandpod.webhooks.secretName" -}}
+{{- default (printf "%s-webhook-secrets" (include "sandpod.fullname" .) | trunc 63 | trimSuffix "-") .Values.webhooks.existingSecret }}
+{{- end }}
+
+{{- define "sandpod.webhooks.secretKey" -}}
+{{- if .Values.webhooks.existingSecret }}{{ .Values.webhooks.existingSecretKey }}{{ else }}secrets{{ end }}
 {{- end }}

@@ -13,7 +13,7 @@ import { CHART_DIR, DB_URL, TOOL_BUILD_TIMEOUT_MS, describeRendered, one, prepar
 beforeAll(() => prepareRenderer(), TOOL_BUILD_TIMEOUT_MS);
 
 /** Keys the chart renders itself (values.schema.json refuses them under `config`). */
-const CHART_OWNED = ['runtime', 'kubernetes', 'port', 'host', 'workspace', 'database_url', 'docker_image', 'container_runtime', 'auth'];
+const CHART_OWNED = ['runtime', 'kubernetes', 'port', 'host', 'workspace', 'database_url', 'docker_image', 'container_runtime', 'auth', 'webhooks'];
 /** Keys of the local runtime only: meaningless in a cluster, refused under `config`. */
 const LOCAL_ONLY = ['sandbox_engine', 'gvisor_platform', 'python_interpreters', 'warm_pool'];
 
