@@ -8,12 +8,15 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import type https from 'node:https';
+import { SpanKind, SpanStatusCode, type Span } from '@opentelemetry/api';
 import { systemClock, type Clock } from '../clock.ts';
 import { errorMessage } from '../errors.ts';
 import { recordView } from '../executions/views.ts';
 import type { Logger } from '../logger.ts';
 import type { Db, ExecutionRow } from '../store/database.ts';
 import { getExecution } from '../store/executions.repository.ts';
+import { SPAN } from '../tracing/run-spans.ts';
+import { contextOf, isTracing, startSpan, traceparentOf } from '../tracing/spans.ts';
 import { stringifyJson } from '../util/json.ts';
 import type { WebhooksConfig } from './config.ts';
 import { decideAfterAttempt, describeResult, type AttemptResult } from './decide.ts';
@@ -126,14 +129,24 @@ export class WebhookDelivery {
     const started = this.clock.now();
     const log = this.o.logger.child({ execution_id: d.execution_id, webhook_id: d.id, attempt });
     let result: AttemptResult;
+    // One span per attempt, in the run's trace (its stored traceparent); the receiver gets it as `traceparent`.
+    let span: Span | null = null;
     try {
       const row = await getExecution(this.o.db.kysely, d.execution_id);
       if (!row) throw new Error('its record is gone');
+      if (isTracing()) {
+        span = startSpan(SPAN.webhook, {
+          parent: contextOf(row.traceparent),
+          startTime: started,
+          kind: SpanKind.CLIENT,
+          attributes: { 'sandpod.execution_id': d.execution_id, 'sandpod.webhook.id': d.id, 'sandpod.webhook.attempt': attempt, 'server.address': new URL(d.url).hostname },
+        });
+      }
       const body = payloadOf(row);
       const target = await resolveTarget(d.url, c, this.o.lookup ?? defaultLookup);
       if ('refused' in target) result = { kind: 'refused', message: target.refused };
       else {
-        const headers = this.o.signer.headers(d.id, new Date(started), body);
+        const headers: Record<string, string> = { ...this.o.signer.headers(d.id, new Date(started), body), ...(span ? { traceparent: traceparentOf(span) } : {}) };
         result = await send(target, { headers, body, timeoutMs: c.timeout_seconds * 1000, maxResponseBytes: c.max_response_bytes, ...(this.o.tls ? { tls: this.o.tls } : {}) });
       }
     } catch (err) {
@@ -148,6 +161,12 @@ export class WebhookDelivery {
       policy: { maxAttempts: c.max_attempts, maxAgeMs: c.max_age_seconds * 1000, baseDelayMs: c.base_delay_seconds * 1000 },
       random: (this.o.random ?? Math.random)(),
     });
+    if (span) {
+      span.setAttribute('sandpod.webhook.outcome', decision.outcome);
+      if (result.kind === 'answered') span.setAttribute('http.response.status_code', result.statusCode);
+      if (decision.outcome !== 'delivered') span.setStatus({ code: SpanStatusCode.ERROR, message: describeResult(result) });
+      span.end(Math.max(now, started));
+    }
     const record = {
       attempt,
       startedAt: new Date(started),
