@@ -107,6 +107,14 @@ describe('webhooks end to end (delivery loop running)', () => {
     expect(((await (await svc.get(`/jobs/${rerunNone.job_id}/deliveries`)).json()) as J).deliveries).toEqual([]);
   }, 90_000);
 
+  it('a cancelled job calls back too (the trigger sees every path that ends a record)', async () => {
+    const sub = (await (await svc.post('/execute/async', { code: 'import time\ntime.sleep(60)', callback_url: `${receiver.url}/cancel` })).json()) as J;
+    await until('the job to start', async () => (((await (await svc.get(`/jobs/${sub.job_id}`)).json()) as J).status === 'running' ? true : undefined));
+    expect((await svc.post(`/jobs/${sub.job_id}/cancel`)).status).toBeLessThan(300);
+    const w = await byJob(sub.job_id);
+    expect(w.payload.data).toMatchObject({ status: 'cancelled', job_id: sub.job_id });
+  }, 90_000);
+
   it('a callback outside webhooks.allowed_hosts, or at a loopback or link-local address not named there, is a 400 that says why', async () => {
     const cases: [string, string, unknown, string][] = [
       ['/execute/async', 'async', { code: 'print(1)', callback_url: 'https://evil.example.net/x' }, 'callback_url: host evil.example.net does not match webhooks.allowed_hosts'],
