@@ -1,10 +1,11 @@
 /**
  * Logs (pino). JSON, one object per line, for machines; a readable form (pino-pretty, in-process so
  * nothing is lost at exit) for people: `log_format: pretty`, or `auto` when stdout is a terminal.
- * Child loggers carry `correlation_id` and `execution_id`.
+ * Child loggers carry `correlation_id` and `execution_id`; the lines of a traced run carry `trace_id`.
  */
 import { pino, type Logger } from 'pino';
 import pretty from 'pino-pretty';
+import { logTraceMixin } from './tracing/log-context.ts';
 
 export type { Logger };
 
@@ -27,6 +28,8 @@ export function createLogger(
     base: { service: 'sandpod' },
     timestamp: pino.stdTimeFunctions.isoTime,
     formatters: { level: (label: string) => ({ level: label }) },
+    // `trace_id` on every line written while a traced run is handled (tracing/log-context.ts).
+    mixin: logTraceMixin,
   };
   const tty = destination === process.stdout && process.stdout.isTTY === true;
   if (isPretty(format, tty)) {

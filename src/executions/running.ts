@@ -23,6 +23,7 @@ import type { NewRunEvent } from '../store/events.repository.ts';
 import { getExecution, insertExecution, settleRunning, updateExecutionIf } from '../store/executions.repository.ts';
 import { RunTrace } from '../tracing/run-trace.ts';
 import { SPAN } from '../tracing/run-spans.ts';
+import { withRunLogContext } from '../tracing/log-context.ts';
 import { withSpan } from '../tracing/spans.ts';
 import { parseJson, stringifyJson } from '../util/json.ts';
 import { classify, type Classification } from './classify.ts';
@@ -130,11 +131,17 @@ export class Running {
    * Runs a record this process holds (status `running`, claimed by us) and settles it. `adopt`
    * re-attaches to a run an earlier holder started; `release` is called as soon as the sandbox is gone.
    */
-  async execute(row: ExecutionRow, opts: { adopt?: boolean; release?: () => void; files?: InputFile[] } = {}): Promise<ExecutionRow> {
-    const { holders } = this.o;
-    const signal = holders.hold(row.id);
+  execute(row: ExecutionRow, opts: { adopt?: boolean; release?: () => void; files?: InputFile[] } = {}): Promise<ExecutionRow> {
     const claimedAt = this.o.clock.now();
     const rt = RunTrace.start(row);
+    return withRunLogContext(rt.traceId, () => this.executeTraced(row, opts, rt, claimedAt));
+  }
+
+  private async executeTraced(row: ExecutionRow, opts: { adopt?: boolean; release?: () => void; files?: InputFile[] }, rt: RunTrace, claimedAt: number): Promise<ExecutionRow> {
+    const { holders } = this.o;
+    const signal = holders.hold(row.id);
+    // Bound here for lines written from callbacks outside the run's async context; the rest of what
+    // the run logs (the runtime's lines) gets it from the root logger's mixin (withRunLogContext).
     const log = this.o.logger.child({ execution_id: row.id, correlation_id: row.correlation_id, ...(rt.traceId ? { trace_id: rt.traceId } : {}) });
     let settledRow: ExecutionRow = row;
     this.o.events?.onStarted?.(row);

@@ -21,7 +21,8 @@ export function requestContext(root: Logger): MiddlewareHandler<AppEnv> {
     const started = performance.now();
     await next();
     setHeaders(c, id);
-    log.debug({ method: c.req.method, path: c.req.path, status: c.res.status, ms: Math.round(performance.now() - started) }, 'request');
+    // The request's logger as later middleware left it (requestTracing adds trace_id).
+    c.get('logger').debug({ method: c.req.method, path: c.req.path, status: c.res.status, ms: Math.round(performance.now() - started) }, 'request');
   };
 }
 

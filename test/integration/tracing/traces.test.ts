@@ -3,7 +3,9 @@
  * tree of a sync run and of an async run (whose trace crosses the queue with its record), the
  * program's TRACEPARENT, and the record's trace_id. Real service, real database, real sandbox.
  */
+import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLogger } from '../../../src/logger.ts';
 import { startTracing, type Tracing } from '../../../src/tracing/setup.ts';
 import { OtlpReceiver } from '../../support/otlp-receiver.ts';
 import { startTestService, type TestService } from '../../support/service.ts';
@@ -132,6 +134,39 @@ describe('tracing on, warm sandbox (local runtime)', () => {
     expect(receiver.one(traceId, 'sandpod.sandbox').attributes).toMatchObject({ 'sandpod.sandbox.path': 'warm', 'sandpod.sandbox.warm': true });
     expect(body.stdout.trim()).toBe(`00-${traceId}-${receiver.one(traceId, 'sandpod.run').spanId}-01`);
     expect((warm.runtime.warmPoolStats?.() ?? []).find((s) => s.job_type === 'default')?.hits).toBe(1);
+  });
+});
+
+describe('logs', () => {
+  it('every line the service writes while handling a traced run carries its trace_id', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const raw: string[] = [];
+    const sink = new Writable({
+      write(chunk: Buffer, _enc, done) {
+        for (const l of chunk.toString('utf8').split('\n')) {
+          if (!l.trim()) continue;
+          raw.push(l);
+          lines.push(JSON.parse(l) as Record<string, unknown>);
+        }
+        done();
+      },
+    });
+    const logged = await startTestService({ log_level: 'debug' }, { logger: createLogger('debug', 'json', sink) });
+    try {
+      const traceId = '5bf92f3577b34da6a3ce929d0e0e4736';
+      const res = await logged.post('/execute', { code: 'print(1)' }, { traceparent: `00-${traceId}-00f067aa0ba902b7-01` });
+      const { execution_id } = (await res.json()) as { execution_id: string };
+      const ofRun = lines.filter((l) => l.execution_id === execution_id);
+      // 'run starting' and 'run finished' at least, and the request's own line.
+      expect(ofRun.map((l) => l.msg)).toEqual(expect.arrayContaining(['run starting', 'run finished']));
+      for (const l of ofRun) expect(l.trace_id, JSON.stringify(l)).toBe(traceId);
+      const request = lines.find((l) => l.msg === 'request' && l.path === '/execute');
+      expect(request?.trace_id).toBe(traceId);
+      // A line has the key once (the run's logger binds it and the mixin adds it: never both).
+      for (const l of raw.filter((r) => r.includes(execution_id))) expect(l.split('"trace_id"').length - 1, l).toBe(1);
+    } finally {
+      await logged.close();
+    }
   });
 });
 
