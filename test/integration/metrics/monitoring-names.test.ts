@@ -56,6 +56,6 @@ describeRendered('monitoring queries', () => {
     }
     expect(missing).toEqual([]);
     // The names the alerts are about are among them.
-    for (const n of ['sandpod_circuit_breaker_state', 'sandpod_dlq_entries', 'sandpod_queue_depth', 'sandpod_queue_max_size', 'sandpod_warm_claims_total', 'sandpod_runs_total']) expect(used).toContain(n);
+    for (const n of ['sandpod_circuit_breaker_state', 'sandpod_dlq_entries', 'sandpod_queue_depth', 'sandpod_queue_max_size', 'sandpod_warm_claims_total', 'sandpod_runs_total', 'sandpod_webhook_deliveries_total']) expect(used).toContain(n);
   });
 });

@@ -45,6 +45,7 @@ describeRendered('PrometheusRule', () => {
       'SandpodQueueNearFull',
       'SandpodWarmPoolHitRatioLow',
       'SandpodInfrastructureFailures',
+      'SandpodWebhookDeliveriesFailing',
     ]);
   });
 
