@@ -6,7 +6,6 @@
 import { describe, expect, it } from 'vitest';
 import { engineInstalled, findEngineBinaries } from '../../src/runtime/local/engines.ts';
 import type { LocalRuntime } from '../../src/runtime/local/index.ts';
-import { poolable } from '../../src/runtime/local/pool/sandbox-pool.ts';
 import type { RawRun, RunOptions, RunSpec } from '../../src/runtime/runtime.ts';
 
 /** The real engines the sandbox suites cover. */
@@ -29,9 +28,17 @@ export function describeEachEngine(title: string, body: (engine: (typeof REAL_EN
 /**
  * How a suite's runs get their sandbox: `cold` starts one per run (the warm pool off), `warm` makes a
  * warm sandbox of exactly the run's job type ready first and requires the run to claim it (issue 10:
- * the sandbox tests hold on warm sandboxes too).
+ * the sandbox tests hold on warm sandboxes too), `preloaded` does the same for the run's job type
+ * with {@link PRELOAD} added to its `preload` (issue 18): the program's process imported those
+ * modules (with their threads, sockets and files, if any) before the program arrived.
  */
-export const RUN_MODES = ['cold', 'warm'] as const;
+export const RUN_MODES = ['cold', 'warm', 'preloaded'] as const;
+
+/**
+ * What the preloaded mode imports ahead: modules that open what an escape would want (ctypes,
+ * sockets, subprocess, threads, ssl). Standard library, so every engine and machine has them.
+ */
+export const PRELOAD = ['ctypes', 'socket', 'subprocess', 'threading', 'ssl', 'json', 'urllib.request'];
 export type RunMode = (typeof RUN_MODES)[number];
 
 /** Config keys of a mode: no configured pools (a warm run prewarms its own job type). */
@@ -40,12 +47,19 @@ export function modeConfig(_mode: RunMode): Record<string, unknown> {
 }
 
 /**
- * Runs `spec` the mode's way. Warm: a sandbox of its job type is made ready, and the run must be a
- * hit. Runs that are never pooled (requirements, allowed_hosts) start cold in either mode.
+ * Runs `spec` the mode's way. Warm and preloaded: a sandbox of its job type (preloaded: with
+ * {@link PRELOAD}) and its environment is made ready, and the run must be a hit. A run whose
+ * requirements are not installed yet starts cold in every mode (its first run installs them).
  */
 export async function runAs(mode: RunMode, rt: LocalRuntime, spec: RunSpec, options?: RunOptions): Promise<RawRun> {
-  if (mode === 'cold' || spec.requirements.length > 0 || !poolable(spec.jobType)) return rt.run(spec, options);
-  await rt.prewarm(spec.jobType);
+  if (mode === 'cold') return rt.run(spec, options);
+  if (mode === 'preloaded') spec = { ...spec, jobType: { ...spec.jobType, preload: [...new Set([...spec.jobType.preload, ...PRELOAD])] } };
+  try {
+    await rt.prewarm(spec.jobType, 1, spec.requirements);
+  } catch (err) {
+    if (/not installed or built yet/.test(String(err))) return rt.run(spec, options);
+    throw err;
+  }
   const hits = () => rt.warmPoolStats().find((s) => s.job_type === spec.jobType.name)?.hits ?? 0;
   const before = hits();
   const r = await rt.run(spec, options);

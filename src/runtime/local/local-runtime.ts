@@ -43,6 +43,7 @@ import { chooseEngine, defaultInterpreter } from './engine-probe.ts';
 import { findEngineBinaries, type EngineBinaries, type EngineName } from './engines.ts';
 import { Reservations } from './pool/reservations.ts';
 import { SandboxPool, type PoolTarget } from './pool/sandbox-pool.ts';
+import { warmEnvFor, type WarmEnv, type WarmEnvSources } from './pool/warm-env.ts';
 import { WarmPool } from './pool/warm-pool.ts';
 import { collectRun } from './runs/collect.ts';
 import { runscDelete } from './runs/proc.ts';
@@ -70,7 +71,7 @@ export interface LocalRuntime extends Runtime {
    * and tools; the service configures its pools with `warm_pool.sizes`). Rejects without a pool
    * (no cgroups, or the `process` engine) or for a job type that cannot be pooled.
    */
-  prewarm(jobType: JobType, size?: number): Promise<void>;
+  prewarm(jobType: JobType, size?: number, requirements?: readonly string[]): Promise<void>;
   reserve(spec: RunSpec): void;
   unreserve(executionId: string): void;
   warmPoolStats(): WarmPoolStats[];
@@ -153,7 +154,7 @@ class LocalRuntimeImpl implements LocalRuntime {
       cgroups && spawner
         ? new WarmPool({ cgroups, spawner, host, target: Math.min(Math.max(this.config.max_workers, 1), MAX_WARM), clock: this.clock, log: this.log, background: (q) => this.background(q) })
         : null;
-    const sandboxes = cgroups && spawner && engine !== 'process' ? this.sandboxPool(cgroups, spawner, host, runsDir) : null;
+    const sandboxes = cgroups && spawner && engine !== 'process' ? this.sandboxPool(cgroups, spawner, host, runsDir, deps) : null;
     this.p = { engine, host, cgroups, deps, runsDir, runsTmpfs, spawner, warm, sandboxes };
     warm?.refill();
     sandboxes?.tick();
@@ -163,10 +164,16 @@ class LocalRuntimeImpl implements LocalRuntime {
     );
   }
 
-  /** The warm sandbox pool of `warm_pool.sizes` (job types from the config file, as the service's registry). */
-  private sandboxPool(cgroups: CgroupSupport, spawner: Spawner, host: SandboxHost, runsDir: string): SandboxPool | null {
+  /**
+   * The warm sandbox pool of `warm_pool.sizes` (job types from the config file, as the service's
+   * registry). Every job type can be kept warm: one whose environment exists now (none, built, or
+   * cached) is a target from the start; one whose environment is not there yet starts warming once a
+   * run's cold start has left it (pool/warm-env.ts).
+   */
+  private sandboxPool(cgroups: CgroupSupport, spawner: Spawner, host: SandboxHost, runsDir: string, deps: DepsCache): SandboxPool | null {
     const registry = new FileJobTypeRegistry(this.config);
     const targets: PoolTarget[] = [];
+    const sizes = new Map<string, number>();
     for (const [name, size] of Object.entries(warmPoolSizes(this.config))) {
       const jobType = registry.get(name);
       const interpreter = jobType ? this.config.python_interpreters[jobType.pythonVersion] : undefined;
@@ -174,16 +181,25 @@ class LocalRuntimeImpl implements LocalRuntime {
         this.log.warn({ job_type: name }, 'warm_pool.sizes names an unknown job type (or one without an interpreter): not kept warm');
         continue;
       }
-      if (jobType.requirements.length > 0 || jobType.network.allowedHosts.length > 0) {
-        this.log.info({ job_type: name }, 'job types with requirements or allowed_hosts start cold: not kept warm');
-        continue;
-      }
-      if (size > 0) targets.push({ jobType, interpreter, size });
+      if (size <= 0) continue;
+      sizes.set(name, size);
+      const env = warmEnvFor(this.envSources(deps), jobType, jobType.requirements, interpreter);
+      if (env) targets.push({ jobType, interpreter, size, env });
+      else this.log.info({ job_type: name }, 'warm sandboxes of this job type start once its environment is installed (by its first run) or built');
     }
-    return targets.length === 0 ? null : this.newPool(cgroups, spawner, host, runsDir, targets);
+    return sizes.size === 0 ? null : this.newPool(cgroups, spawner, host, runsDir, targets, sizes);
   }
 
-  private newPool(cgroups: CgroupSupport, spawner: Spawner, host: SandboxHost, runsDir: string, targets: PoolTarget[]): SandboxPool {
+  private envSources(deps: DepsCache): WarmEnvSources {
+    return { config: this.config, builder: this.builder, envsDir: deps.envsDir };
+  }
+
+  /** The environment a run would find ready now (null: it starts cold; see pool/warm-env.ts). */
+  private warmEnv(p: Prepared, spec: RunSpec, interpreter: string): WarmEnv | null {
+    return warmEnvFor(this.envSources(p.deps), spec.jobType, spec.requirements, interpreter);
+  }
+
+  private newPool(cgroups: CgroupSupport, spawner: Spawner, host: SandboxHost, runsDir: string, targets: PoolTarget[], sizes: Map<string, number>): SandboxPool {
     return new SandboxPool({
       cgroups,
       spawner,
@@ -191,6 +207,7 @@ class LocalRuntimeImpl implements LocalRuntime {
       runsDir,
       runsc: this.bins.runsc,
       targets,
+      sizes,
       maxIdleMs: this.config.warm_pool.max_idle_sec * 1000,
       maxStarting: this.config.warm_pool.max_starting,
       maxStreamBytes: this.config.max_stdout_bytes,
@@ -213,14 +230,16 @@ class LocalRuntimeImpl implements LocalRuntime {
     return LocalSessionSandbox.start({ ...deps, limitsFor: (jt, memoryBytes) => runLimits(host.engine, jt, memoryBytes, false) }, jobType, o.maxStreamBytes, o.startupMs);
   }
 
-  async prewarm(jobType: JobType, size = 1): Promise<void> {
+  async prewarm(jobType: JobType, size = 1, requirements: readonly string[] = jobType.requirements): Promise<void> {
     const p = this.p;
     if (!p) throw new Error('local runtime is not started');
     const interpreter = this.config.python_interpreters[jobType.pythonVersion];
     if (!interpreter) throw new Error(`no interpreter configured for python ${jobType.pythonVersion}`);
-    if (!p.sandboxes && p.cgroups && p.spawner && p.engine !== 'process') p.sandboxes = this.newPool(p.cgroups, p.spawner, p.host, p.runsDir, []);
+    if (!p.sandboxes && p.cgroups && p.spawner && p.engine !== 'process') p.sandboxes = this.newPool(p.cgroups, p.spawner, p.host, p.runsDir, [], new Map());
     if (!p.sandboxes) throw new Error('warm sandboxes need cgroups (root) and an isolating engine');
-    await p.sandboxes.ensure({ jobType, interpreter, size });
+    const env = warmEnvFor(this.envSources(p.deps), jobType, requirements, interpreter);
+    if (!env) throw new Error(`the environment of job type ${jobType.name} is not installed or built yet: run it once (cold) or build it first`);
+    await p.sandboxes.ensure({ jobType, interpreter, size, env });
   }
 
   warmPoolStats(): WarmPoolStats[] {
@@ -280,9 +299,10 @@ class LocalRuntimeImpl implements LocalRuntime {
       return finish(this.clock, obs, t0, { infraError: { type: 'config_error', message: `no interpreter configured for python ${spec.jobType.pythonVersion} (python_interpreters)` } });
     }
     const memoryBytes = parseMemory(spec.jobType.memoryLimit);
-    const reserved = this.reservations.take(spec, interpreter);
+    const env = p.sandboxes ? this.warmEnv(p, spec, interpreter) : null;
+    const reserved = this.reservations.take(spec, interpreter, env);
     if (reserved) return runWarm(this.ctx, this.teardowns, spec, options, p, t0, obs, reserved);
-    const claimed = p.sandboxes?.claim(spec.jobType, interpreter, spec.requirements) ?? null;
+    const claimed = p.sandboxes?.claim(spec.jobType, interpreter, env) ?? null;
     if (claimed && this.reservations.deliver(claimed, spec)) return runWarm(this.ctx, this.teardowns, spec, options, p, t0, obs, claimed);
     const rd = RunDir.create({ host: p.host, runsDir: p.runsDir, id: sandboxId(null, t0), program: { code: spec.code, inputJson: spec.inputJson, inputFiles: spec.inputFiles }, tmpBytes: memoryBytes });
     obs.warm = false;
@@ -307,6 +327,12 @@ class LocalRuntimeImpl implements LocalRuntime {
         }),
       );
       setImmediate(() => this.p?.warm?.refill());
+      // A cold start that installed (or materialized) the run's environment: later runs find it warm.
+      if (s.depsDir && p.sandboxes) {
+        const env = this.warmEnv(p, spec, interpreter);
+        if (env) p.sandboxes.learn(spec.jobType, interpreter, env);
+        setImmediate(() => this.p?.sandboxes?.tick());
+      }
     }
   }
 
@@ -316,7 +342,8 @@ class LocalRuntimeImpl implements LocalRuntime {
    */
   reserve(spec: RunSpec): void {
     const interpreter = this.config.python_interpreters[spec.jobType.pythonVersion];
-    if (interpreter) this.reservations.reserve(spec, interpreter);
+    const p = this.p;
+    if (p && interpreter) this.reservations.reserve(spec, interpreter, this.warmEnv(p, spec, interpreter));
   }
 
   /** Destroys a reserved sandbox its run did not take (it ran nothing). */

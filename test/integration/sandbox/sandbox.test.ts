@@ -153,7 +153,7 @@ describeEachEngineAndMode('sandbox on %s', (engine, mode) => {
     await rt?.stop();
   });
 
-  it.skipIf(mode === 'warm')('reports the engine, isolation and how limits are enforced', async () => {
+  it.skipIf(mode !== 'cold')('reports the engine, isolation and how limits are enforced', async () => {
     const h = await rt.health();
     expect(h).toMatchObject({ available: true, engine, isolated: true });
     expect(['cgroups', 'rlimits']).toContain(h.limits);
@@ -515,7 +515,7 @@ os.remove('/output/.svc_report.json') if os.path.exists('/output/.svc_report.jso
     await healthy();
   });
 
-  it.skipIf(mode === 'warm')('start() removes what an earlier service on the same workspace left running', async () => {
+  it.skipIf(mode !== 'cold')('start() removes what an earlier service on the same workspace left running', async () => {
     const crashedConfig = makeConfig(engine, modeConfig('cold'));
     const crashed = createLocalRuntime(crashedConfig);
     await crashed.start();
@@ -539,7 +539,7 @@ os.remove('/output/.svc_report.json') if os.path.exists('/output/.svc_report.jso
     }
   });
 
-  it.skipIf(mode === 'warm')('rejects adopt with RunGoneError', async () => {
+  it.skipIf(mode !== 'cold')('rejects adopt with RunGoneError', async () => {
     await expect(rt.run(spec(config, 'print(1)'), { adopt: true })).rejects.toBeInstanceOf(RunGoneError);
   });
 
@@ -547,13 +547,14 @@ os.remove('/output/.svc_report.json') if os.path.exists('/output/.svc_report.jso
     const r = await run('import time\nt = time.time()\nwhile time.time() - t < 2:\n    pass\n', { jt: { cpuLimit: 0.5 } });
     expect(r.observation.exitCode).toBe(0);
     if ((await rt.health()).limits === 'cgroups') {
-      // Unthrottled this is ~2000 ms of CPU; at 0.5 CPU about 1000 ms.
+      // Unthrottled this is ~2000 ms of CPU; at 0.5 CPU at most about 1000 ms (less on a machine
+      // loaded by others: only that the counter saw the program's work is asserted below).
       expect(r.observation.cpuTimeMs!).toBeLessThan(1500);
-      expect(r.observation.cpuTimeMs!).toBeGreaterThan(500);
+      expect(r.observation.cpuTimeMs!).toBeGreaterThan(100);
     }
   });
 
-  describe.skipIf(mode === 'warm')('requirements (never on warm sandboxes)', () => {
+  describe.skipIf(mode !== 'cold')('requirements (never on warm sandboxes)', () => {
     it('installs a requirement in the startup phase, then reuses the cached environment', async () => {
       const code = 'import sandpod_testpkg, sys\nprint(sandpod_testpkg.VALUE)\nprint([p for p in sys.path if p == "/deps"])\n';
       const first = await run(code, { requirements: ['sandpod-testpkg==1.2.3'] });

@@ -261,7 +261,7 @@ function readOnly(dir: string): void {
 }
 
 /** Sorted, de-duplicated requirements are the same set. */
-function sameRequirements(a: readonly string[], b: readonly string[]): boolean {
+export function sameRequirements(a: readonly string[], b: readonly string[]): boolean {
   const x = normalizeRequirements(a);
   const y = normalizeRequirements(b);
   return x.length === y.length && x.every((r, i) => r === y[i]);

@@ -5,7 +5,8 @@
  */
 import type { Logger } from '../../../logger.ts';
 import type { RunSpec } from '../../runtime.ts';
-import { poolKey, type SandboxPool, type WarmSandbox } from './sandbox-pool.ts';
+import type { SandboxPool, WarmSandbox } from './sandbox-pool.ts';
+import { poolKey, type WarmEnv } from './warm-env.ts';
 
 /** A reserved warm sandbox whose run did not come within this long is given back (destroyed), ms. */
 export const RESERVATION_TTL_MS = 10_000;
@@ -35,14 +36,14 @@ export class Reservations {
   constructor(private readonly o: ReservationsOptions) {}
 
   /** Claims and loads a sandbox for this run (a miss is not counted: the run's own claim is). */
-  reserve(spec: RunSpec, interpreter: string): void {
+  reserve(spec: RunSpec, interpreter: string, env: WarmEnv | null): void {
     const pool = this.o.pool();
-    if (!pool || this.byId.has(spec.executionId)) return;
-    const w = pool.claim(spec.jobType, interpreter, spec.requirements, false);
+    if (!pool || !env || this.byId.has(spec.executionId)) return;
+    const w = pool.claim(spec.jobType, interpreter, env, false);
     if (!w || !this.deliver(w, spec)) return;
     const timer = setTimeout(() => this.unreserve(spec.executionId), RESERVATION_TTL_MS);
     timer.unref();
-    this.byId.set(spec.executionId, { w, key: poolKey(spec.jobType, interpreter), code: spec.code, inputJson: spec.inputJson, filesKey: filesKey(spec), timer });
+    this.byId.set(spec.executionId, { w, key: poolKey(spec.jobType, interpreter, env), code: spec.code, inputJson: spec.inputJson, filesKey: filesKey(spec), timer });
   }
 
   /** Destroys a reserved sandbox its run did not take (it ran nothing). */
@@ -60,12 +61,12 @@ export class Reservations {
   }
 
   /** The sandbox reserved for this run, with this run's program in it; null when there is none (or it no longer fits). */
-  take(spec: RunSpec, interpreter: string): WarmSandbox | null {
+  take(spec: RunSpec, interpreter: string, env: WarmEnv | null): WarmSandbox | null {
     const r = this.byId.get(spec.executionId);
     if (!r) return null;
     this.byId.delete(spec.executionId);
     clearTimeout(r.timer);
-    if (r.key !== poolKey(spec.jobType, interpreter)) {
+    if (!env || r.key !== poolKey(spec.jobType, interpreter, env)) {
       this.drop(r.w);
       return null;
     }

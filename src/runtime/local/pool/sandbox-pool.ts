@@ -19,34 +19,34 @@
  * engine's teardown. A sandbox is never handed out twice: a claimed entry leaves the pool, and the
  * runtime destroys it after the run.
  *
- * Not pooled: runs with requirements (their environment is mounted per run) and job types with
- * `allowed_hosts` (a per-run egress proxy); they start cold. Without cgroups (not root) there is no
- * spawner and no pool: every run starts cold.
+ * Every job type can be pooled (issue 18). A sandbox is made for one key (warm-env.ts): the job
+ * type's shape, the interpreter and the environment at `/deps` (none, the job type's built
+ * environment, or a cached install of a run's requirements). Runs whose environment is not there yet
+ * start cold (and leave it cached); the key is then learned from the next run's claim (a miss) and
+ * kept warm like a configured one while it is claimed, dropped after `max_idle_sec` without claims.
+ * The job type's `preload` modules are imported by the waiting runner (`--preload`). A job type with
+ * `allowed_hosts` gets its egress proxy at start, bound to the run at the claim (warm-egress.ts).
+ * Without cgroups (not root) there is no spawner and no pool: every run starts cold.
  *
  * The pool's decisions (claim, retire, start, back-off) are pure functions in sandbox-pool-plan.ts;
  * this file does the I/O they call for and keeps the counters `/pool/stats` and `/metrics` show.
  */
-import { createHash } from 'node:crypto';
-import path from 'node:path';
 import type { Clock } from '../../../clock.ts';
-import { parseMemory } from '../../../config.ts';
 import type { JobType } from '../../../jobtypes/job-type.ts';
 import type { Logger } from '../../../logger.ts';
 import type { WarmPoolStats } from '../../runtime.ts';
 import type { CgroupLimits, CgroupSupport, RunCgroup } from '../cgroups.ts';
 import { runscDelete } from '../runs/proc.ts';
-import { RunDir, sandboxId } from '../runs/run-dir.ts';
-import { runnerSandbox } from '../runs/runner-command.ts';
+import type { RunDir } from '../runs/run-dir.ts';
 import type { SandboxHost } from '../sandbox.ts';
 import { planPool, pickWarm, type FailureRecord, type PoolEntryView } from './sandbox-pool-plan.ts';
 import type { RunProc, SpawnedProc, Spawner } from '../spawner.ts';
+import { launchWarm, type PoolTarget } from './launch-warm.ts';
+import { poolStats, type Counters } from './pool-stats.ts';
+import { WarmEgress } from './warm-egress.ts';
+import { poolKey, type WarmEnv } from './warm-env.ts';
 
-/** One job type kept warm. */
-export interface PoolTarget {
-  jobType: JobType;
-  interpreter: string;
-  size: number;
-}
+export type { PoolTarget } from './launch-warm.ts';
 
 /** Options of {@link SandboxPool}. */
 export interface SandboxPoolOptions {
@@ -56,6 +56,11 @@ export interface SandboxPoolOptions {
   runsDir: string;
   runsc: string | null;
   targets: PoolTarget[];
+  /**
+   * Job types kept warm by name and size (`warm_pool.sizes`): a claim of one of these for a key not
+   * kept yet (another environment) makes it a target of this size.
+   */
+  sizes: ReadonlyMap<string, number>;
   maxIdleMs: number;
   maxStarting: number;
   /** Placeholder stream cap on the runner's command line (the go line sets the run's). */
@@ -76,6 +81,8 @@ export interface WarmSandbox {
   runscId: string | null;
   /** CPU the cgroup used before the claim (interpreter and engine start), ms. */
   cpuBeforeMs: number;
+  /** Binds the run to the sandbox's egress proxy (allowed_hosts types; nothing for others). Before go. */
+  bind(executionId: string): void;
   /** Hands the program over: the run directory's files are written already; this sends the go line. */
   go(timeoutSec: number, maxStreamBytes: number, env?: Record<string, string>): void;
   /** Kills it and removes everything of it (background). */
@@ -89,31 +96,22 @@ interface Entry extends PoolEntryView {
   proc: SpawnedProc;
   runscId: string | null;
   claimed: boolean;
+  /** The runner said `ready` (the entry is ready when its egress proxy, if any, listens too). */
+  runnerReady: boolean;
+  /** allowed_hosts types: the proxy, once it listens; `needsEgress` until then. */
+  needsEgress: boolean;
+  egress: WarmEgress | null;
+  destroyed: boolean;
   stdout: string;
   stderrTail: string;
   out: ((b: Buffer) => void) | Buffer[];
   err: ((b: Buffer) => void) | Buffer[];
 }
 
-interface Counters {
-  hits: number;
-  misses: number;
-}
 
-/**
- * The key of a pool: the job type's name and everything of it a sandbox is made from (limits,
- * network, environment), and the interpreter. Not the spec digest alone: a run's job type must match
- * the sandbox's in every field that shaped it, whoever built the JobType object.
- */
-export function poolKey(jobType: JobType, interpreter: string): string {
-  const jt = jobType;
-  const shape = [jt.pythonVersion, jt.memoryLimit, jt.cpuLimit, jt.maxProcesses, jt.maxFileSize, jt.network, Object.entries(jt.env).sort(), jt.requirements, interpreter];
-  return `${jt.name}:${createHash('sha256').update(JSON.stringify(shape)).digest('hex').slice(0, 16)}`;
-}
-
-/** Whether runs of this job type can use warm sandboxes at all (else they always start cold). */
-export function poolable(jobType: JobType): boolean {
-  return jobType.requirements.length === 0 && !(jobType.network.mode === 'bridge' && jobType.network.allowedHosts.length > 0);
+/** Whether runs of this job type can use warm sandboxes at all: every job type can (issue 18). */
+export function poolable(_jobType: JobType): boolean {
+  return true;
 }
 
 /** Warm sandboxes per job type; see the file header. */
@@ -123,29 +121,41 @@ export class SandboxPool {
   private readonly failures = new Map<string, FailureRecord>();
   private readonly counters = new Map<string, Counters>();
   private readonly waiters = new Map<string, (() => void)[]>();
+  /** Keys learned from claims (not configured), and when each was last claimed. */
+  private readonly learned = new Map<string, number>();
+  private readonly sizes: Map<string, number>;
   private timer: NodeJS.Timeout | null = null;
   private stopped = false;
   private ticking = false;
 
   constructor(private readonly o: SandboxPoolOptions) {
-    for (const t of o.targets) if (t.size > 0 && poolable(t.jobType)) this.targets.set(poolKey(t.jobType, t.interpreter), t);
+    this.sizes = new Map(o.sizes);
+    for (const t of o.targets) if (t.size > 0) this.targets.set(poolKey(t.jobType, t.interpreter, t.env), t);
   }
 
   /**
-   * A ready sandbox for this run, now the caller's; null on a miss (no pool for the key, or none
-   * ready), counted either way for runs whose job type is pooled (a miss not with `countMiss`
-   * false: a reservation that missed, whose run claims again).
+   * A ready sandbox for this run, now the caller's; null on a miss (no pool for the key, none ready,
+   * or `env` null: the run's environment is not there yet), counted either way for job types kept
+   * warm (a miss not with `countMiss` false: a reservation that missed, whose run claims again). A
+   * missed key of a job type kept warm becomes a target (see the file header).
    */
-  claim(jobType: JobType, interpreter: string, requirements: string[], countMiss = true): WarmSandbox | null {
-    if (this.stopped || requirements.length > 0 || !poolable(jobType)) return null;
-    const key = poolKey(jobType, interpreter);
+  claim(jobType: JobType, interpreter: string, env: WarmEnv | null, countMiss = true): WarmSandbox | null {
+    if (this.stopped) return null;
     // Only job types kept warm are counted (a pooled name whose definition changed counts a miss).
     if (!this.hasTargetFor(jobType.name)) return null;
-    const id = this.targets.has(key) ? pickWarm(this.entries, key, this.o.clock.now(), this.o.maxIdleMs) : null;
     const c = this.counter(jobType.name);
+    if (!env) {
+      if (countMiss) c.misses++;
+      return null;
+    }
+    const key = poolKey(jobType, interpreter, env);
+    const now = this.o.clock.now();
+    if (this.learned.has(key)) this.learned.set(key, now);
+    const id = this.targets.has(key) ? pickWarm(this.entries, key, now, this.o.maxIdleMs) : null;
     const i = id === null ? -1 : this.entries.findIndex((e) => e.id === id);
     if (i < 0) {
       if (countMiss) c.misses++;
+      this.learn(jobType, interpreter, env);
       return null;
     }
     c.hits++;
@@ -157,13 +167,26 @@ export class SandboxPool {
   }
 
   /**
+   * A run of a job type kept warm found (or, cold, left) this environment: its key becomes a target of
+   * the job type's size, until no run claims it for max_idle_sec. Call tick() to start it.
+   */
+  learn(jobType: JobType, interpreter: string, env: WarmEnv): void {
+    const key = poolKey(jobType, interpreter, env);
+    const size = this.sizes.get(jobType.name) ?? 0;
+    if (this.stopped || size <= 0) return;
+    if (this.learned.has(key) || !this.targets.has(key)) this.learned.set(key, this.o.clock.now());
+    if (!this.targets.has(key)) this.targets.set(key, { jobType, interpreter, size, env });
+  }
+
+  /**
    * Keeps `target.size` sandboxes of this job type warm from now on (added to, or replacing, the
    * configured targets) and resolves once one is ready. Rejects when the job type cannot be pooled.
    */
   async ensure(target: PoolTarget, timeoutMs = 60_000): Promise<void> {
-    if (!poolable(target.jobType)) throw new Error(`job type ${target.jobType.name} cannot be kept warm (requirements or allowed_hosts)`);
-    const key = poolKey(target.jobType, target.interpreter);
+    const key = poolKey(target.jobType, target.interpreter, target.env);
     this.targets.set(key, target);
+    this.learned.delete(key);
+    this.sizes.set(target.jobType.name, target.size);
     if (this.entries.some((e) => e.key === key && e.state === 'ready')) return;
     const ready = new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`no warm sandbox of ${target.jobType.name} became ready within ${timeoutMs} ms`)), timeoutMs);
@@ -184,6 +207,12 @@ export class SandboxPool {
     this.ticking = true;
     try {
       const now = this.o.clock.now();
+      // Learned keys no run claimed for max_idle_sec are dropped (their sandboxes retired below).
+      for (const [key, at] of this.learned) {
+        if (now - at < this.o.maxIdleMs) continue;
+        this.learned.delete(key);
+        this.targets.delete(key);
+      }
       const targets = new Map([...this.targets].map(([k, t]) => [k, t.size]));
       const plan = planPool({ now, maxIdleMs: this.o.maxIdleMs, targets, entries: this.entries, maxStarting: this.o.maxStarting, failures: this.failures });
       for (const id of plan.retire) {
@@ -204,23 +233,8 @@ export class SandboxPool {
 
   /** Per job type: target, ready and starting sandboxes, their ages, hits and misses. */
   stats(): WarmPoolStats[] {
-    const now = this.o.clock.now();
-    const names = new Set([...[...this.targets.values()].map((t) => t.jobType.name), ...this.counters.keys()]);
-    return [...names].sort().map((name) => {
-      const mine = this.entries.filter((e) => e.target.jobType.name === name);
-      const ages = mine.filter((e) => e.state === 'ready').map((e) => Math.max(0, now - e.createdAt));
-      const c = this.counters.get(name) ?? { hits: 0, misses: 0 };
-      return {
-        job_type: name,
-        target: [...this.targets.values()].filter((t) => t.jobType.name === name).reduce((n, t) => n + t.size, 0),
-        ready: ages.length,
-        starting: mine.length - ages.length,
-        oldest_age_ms: ages.length ? Math.max(...ages) : null,
-        newest_age_ms: ages.length ? Math.min(...ages) : null,
-        hits: c.hits,
-        misses: c.misses,
-      };
-    });
+    const targets = [...this.targets.values()].map((t) => ({ jobType: t.jobType.name, size: t.size }));
+    return poolStats(this.o.clock.now(), targets, this.entries.map((e) => ({ ...e, jobType: e.target.jobType.name })), this.counters);
   }
 
   /** Destroys every waiting sandbox; no more are started. Resolves when they are gone. */
@@ -231,6 +245,7 @@ export class SandboxPool {
   }
 
   private hasTargetFor(name: string): boolean {
+    if (this.sizes.has(name)) return true;
     for (const t of this.targets.values()) if (t.jobType.name === name) return true;
     return false;
   }
@@ -245,64 +260,54 @@ export class SandboxPool {
     const o = this.o;
     const t = this.targets.get(key)!;
     const jt = t.jobType;
-    const memoryBytes = parseMemory(jt.memoryLimit);
-    let rd: RunDir;
-    let cgroup: RunCgroup;
-    try {
-      rd = RunDir.create({ host: o.host, runsDir: o.runsDir, id: sandboxId('w', now), program: 'later', tmpBytes: memoryBytes });
-    } catch (err) {
-      this.failed(key, `cannot create its directory: ${(err as Error).message}`);
-      return;
-    }
-    try {
-      cgroup = o.cgroups.create(rd.id, o.limitsFor(jt, memoryBytes));
-    } catch (err) {
-      rd.remove();
-      this.failed(key, `cannot create its cgroup: ${(err as Error).message}`);
-      return;
-    }
-    const spec = runnerSandbox({
+    const l = launchWarm(o, t, now);
+    if ('error' in l) return this.failed(key, l.error);
+    const { rd, cgroup, proc, egress, socketPath } = l;
+    const e: Entry = {
+      id: rd.id,
+      key,
+      state: 'starting',
+      createdAt: now,
+      target: t,
       rd,
-      interpreter: t.interpreter,
-      runner: o.host.runnerFor(t.interpreter),
-      jobType: jt,
-      timeoutSec: jt.timeout,
-      maxStreamBytes: o.maxStreamBytes,
-      memoryBytes,
-      fileSizeBytes: parseMemory(jt.maxFileSize),
-      deps: false,
-      egress: false,
-      cgroups: true,
-      inProcess: false,
-      wait: true,
-      sh: o.host.waitingShell(),
-      procsFiles: [],
-    });
-    const launch = o.host.launch(spec, true);
-    // The go line and the runner's answers pass through named pipes in the run directory (outside
-    // every mount), so no process stands between the service and the runner on a run's path.
-    const fifos = { in: path.join(rd.dir, 'go.fifo'), out: path.join(rd.dir, 'out.fifo') };
-    const proc = o.spawner.warm({ procsFiles: cgroup.procsFiles, fdFiles: launch.fdFiles, drop: o.host.privilegeDrop(), fifos });
-    if (!proc) {
-      o.background(cgroup.remove().then(() => rd.remove()));
-      this.failed(key, 'the spawner cannot start processes right now');
-      return;
-    }
-    proc.launch({ file: launch.file, args: launch.args, env: launch.env, cwd: launch.cwd });
-    const e: Entry = { id: rd.id, key, state: 'starting', createdAt: now, target: t, rd, cgroup, proc, runscId: launch.runscId ?? null, claimed: false, stdout: '', stderrTail: '', out: [], err: [] };
+      cgroup,
+      proc,
+      runscId: l.runscId,
+      claimed: false,
+      runnerReady: false,
+      needsEgress: egress,
+      egress: null,
+      destroyed: false,
+      stdout: '',
+      stderrTail: '',
+      out: [],
+      err: [],
+    };
     this.entries.push(e);
+    if (egress) {
+      WarmEgress.open(socketPath, o.log).then(
+        (w) => {
+          if (e.destroyed) return void o.background(w.close());
+          e.egress = w;
+          this.maybeReady(e);
+        },
+        (err: unknown) => {
+          this.failed(key, `cannot start its egress proxy: ${(err as Error).message}`);
+          const i = this.entries.indexOf(e);
+          if (i >= 0) this.discard(this.entries.splice(i, 1)[0]!);
+        },
+      );
+    }
     proc.onStdout((b) => {
-      if (e.state === 'starting') {
+      if (!e.runnerReady) {
         e.stdout += b.toString('latin1');
         const at = e.stdout.indexOf('ready\n');
         if (at < 0) return;
-        e.state = 'ready';
-        this.failures.delete(key);
+        e.runnerReady = true;
         const rest = Buffer.from(e.stdout.slice(at + 'ready\n'.length), 'latin1');
         e.stdout = '';
         if (rest.length) this.deliver(e, 'out', rest);
-        for (const w of this.waiters.get(key)?.splice(0) ?? []) w();
-        if (!e.claimed) setImmediate(() => this.tick());
+        this.maybeReady(e);
         return;
       }
       this.deliver(e, 'out', b);
@@ -324,6 +329,15 @@ export class SandboxPool {
     });
   }
 
+  /** A sandbox is ready when its runner said so and its egress proxy (allowed_hosts types) listens. */
+  private maybeReady(e: Entry): void {
+    if (e.state !== 'starting' || e.destroyed || !e.runnerReady || (e.needsEgress && !e.egress)) return;
+    e.state = 'ready';
+    this.failures.delete(e.key);
+    for (const w of this.waiters.get(e.key)?.splice(0) ?? []) w();
+    if (!e.claimed) setImmediate(() => this.tick());
+  }
+
   private deliver(e: Entry, which: 'out' | 'err', b: Buffer): void {
     const sink = e[which];
     if (Array.isArray(sink)) sink.push(b);
@@ -342,11 +356,14 @@ export class SandboxPool {
 
   /** Kills the sandbox (its whole cgroup), waits for its engine process, removes its traces. */
   private async destroy(e: Entry): Promise<void> {
+    if (e.destroyed) return;
+    e.destroyed = true;
     e.cgroup.killAll();
     e.proc.kill();
     await e.proc.closed;
     if (e.runscId && this.o.runsc) await runscDelete(this.o.runsc, this.o.host.runscState, [e.runscId]);
     await e.cgroup.remove();
+    await e.egress?.close();
     e.rd.remove();
   }
 
@@ -363,6 +380,7 @@ export class SandboxPool {
       runscId: e.runscId,
       cpuBeforeMs,
       proc: { onStdout: route('out'), onStderr: route('err'), kill: () => e.proc.kill(), closed: e.proc.closed },
+      bind: (executionId) => e.egress?.bind(executionId, e.target.jobType.network.allowedHosts),
       go: (timeoutSec, maxStreamBytes, env = {}) => e.proc.input(`${JSON.stringify({ timeout: timeoutSec, max_stream_bytes: maxStreamBytes, ...(Object.keys(env).length ? { env } : {}) })}\n`),
       destroy: () => this.destroy(e),
     };

@@ -42,6 +42,8 @@ export interface RunnerCommandOptions {
    * `maxStreamBytes` here are placeholders the go line replaces (see sandbox-pool.ts).
    */
   wait?: boolean;
+  /** With `wait`: modules the waiting runner imports before its go line (the job type's `preload`). */
+  preload?: string[];
   /** The waiting `sh` of an in-process run, as the sandbox sees it (`SandboxHost.waitingShell`: not dumpable). */
   sh: string;
   /** The run's cgroup.procs files (empty without cgroups, or when a warm process is in them already). */
@@ -87,6 +89,7 @@ function runnerArgv(o: RunnerCommandOptions): string[] {
     ...(o.inProcess ? ['--exec'] : ['--stream-frames']),
     // A pool sandbox waits long before its go line: its program's process warms up meanwhile.
     ...(o.wait ? ['--wait', '--warm-up'] : []),
+    ...(o.wait && o.preload?.length ? ['--preload', o.preload.join(',')] : []),
     // With cgroups this runtime measures memory and CPU itself: the runner may take the program's
     // exit status from its exit notice instead of waiting out its process's teardown.
     ...(o.cgroups && !o.inProcess ? ['--prompt-exit'] : []),

@@ -30,6 +30,7 @@ export async function runWarm(
   const s: RunState = { spec, options, p, interpreter: '', t0, obs, rd: w.rd, depsDir: null, egress: null, warm: null, cgroup: w.cgroup };
   try {
     obs.warm = true;
+    w.bind(spec.executionId);
     w.go(spec.timeoutSec, spec.maxStdoutBytes, runEnv(spec));
     const res = await superviseLaunch(null, {
       clock: ctx.clock,

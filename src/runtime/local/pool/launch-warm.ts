@@ -1,0 +1,108 @@
+/**
+ * The start of one warm sandbox (pool/sandbox-pool.ts): its run directory with the environment and
+ * the egress proxy's directory mounted as for a cold run of its key, its cgroup with the job type's
+ * limits, and the engine running `runner.py --wait` (with the job type's `--preload`), started by a
+ * pre-forked spawner child that entered the cgroup and dropped root. Nothing of a run is in it yet.
+ */
+import path from 'node:path';
+import { parseMemory } from '../../../config.ts';
+import type { JobType } from '../../../jobtypes/job-type.ts';
+import type { CgroupLimits, CgroupSupport, RunCgroup } from '../cgroups.ts';
+import { RunDir, sandboxId } from '../runs/run-dir.ts';
+import { runnerSandbox } from '../runs/runner-command.ts';
+import { EGRESS_DIR, type SandboxHost } from '../sandbox.ts';
+import type { SpawnedProc, Spawner } from '../spawner.ts';
+import { WarmEgress } from './warm-egress.ts';
+import { usesEgressProxy, type WarmEnv } from './warm-env.ts';
+
+/** One job type kept warm, with one environment. */
+export interface PoolTarget {
+  jobType: JobType;
+  interpreter: string;
+  size: number;
+  env: WarmEnv;
+}
+
+/** What {@link launchWarm} needs of the pool. */
+export interface LaunchWarmOptions {
+  cgroups: CgroupSupport;
+  spawner: Spawner;
+  host: SandboxHost;
+  runsDir: string;
+  /** Placeholder stream cap on the runner's command line (the go line sets the run's). */
+  maxStreamBytes: number;
+  limitsFor(jobType: JobType, memoryBytes: number): CgroupLimits;
+  background(p: Promise<unknown>): void;
+}
+
+/** A started warm sandbox; `socketPath` is where its egress proxy is to listen ('' for none). */
+export interface LaunchedWarm {
+  rd: RunDir;
+  cgroup: RunCgroup;
+  proc: SpawnedProc;
+  runscId: string | null;
+  egress: boolean;
+  socketPath: string;
+}
+
+/** Starts a warm sandbox of `t`, or says why it cannot (what it made is removed). */
+export function launchWarm(o: LaunchWarmOptions, t: PoolTarget, now: number): LaunchedWarm | { error: string } {
+  const jt = t.jobType;
+  const fail = (error: string) => ({ error });
+  const memoryBytes = parseMemory(jt.memoryLimit);
+  let rd: RunDir;
+  let cgroup: RunCgroup;
+  try {
+    rd = RunDir.create({ host: o.host, runsDir: o.runsDir, id: sandboxId('w', now), program: 'later', tmpBytes: memoryBytes });
+  } catch (err) {
+    return fail(`cannot create its directory: ${(err as Error).message}`);
+  }
+  try {
+    cgroup = o.cgroups.create(rd.id, o.limitsFor(jt, memoryBytes));
+  } catch (err) {
+    rd.remove();
+    return fail(`cannot create its cgroup: ${(err as Error).message}`);
+  }
+  // The environment and the proxy's directory are mounted as for a cold run of the key.
+  if (t.env.dir) rd.mount({ type: 'ro', src: t.env.dir, dest: '/deps' });
+  const egress = usesEgressProxy(jt);
+  let socketPath = '';
+  if (egress) {
+    const sp = WarmEgress.socketPath(path.join(rd.dir, 'net'));
+    if (typeof sp !== 'string') {
+      o.background(cgroup.remove().then(() => rd.remove()));
+      return fail(sp.error);
+    }
+    socketPath = sp;
+    rd.mount({ type: 'ro', src: rd.subdir('net'), dest: EGRESS_DIR });
+  }
+  const spec = runnerSandbox({
+    rd,
+    interpreter: t.interpreter,
+    runner: o.host.runnerFor(t.interpreter),
+    jobType: jt,
+    timeoutSec: jt.timeout,
+    maxStreamBytes: o.maxStreamBytes,
+    memoryBytes,
+    fileSizeBytes: parseMemory(jt.maxFileSize),
+    deps: t.env.dir !== null,
+    egress,
+    cgroups: true,
+    inProcess: false,
+    wait: true,
+    preload: jt.preload,
+    sh: o.host.waitingShell(),
+    procsFiles: [],
+  });
+  const launch = o.host.launch(spec, true);
+  // The go line and the runner's answers pass through named pipes in the run directory (outside
+  // every mount), so no process stands between the service and the runner on a run's path.
+  const fifos = { in: path.join(rd.dir, 'go.fifo'), out: path.join(rd.dir, 'out.fifo') };
+  const proc = o.spawner.warm({ procsFiles: cgroup.procsFiles, fdFiles: launch.fdFiles, drop: o.host.privilegeDrop(), fifos });
+  if (!proc) {
+    o.background(cgroup.remove().then(() => rd.remove()));
+    return fail('the spawner cannot start processes right now');
+  }
+  proc.launch({ file: launch.file, args: launch.args, env: launch.env, cwd: launch.cwd });
+  return { rd, cgroup, proc, runscId: launch.runscId ?? null, egress, socketPath };
+}
