@@ -2,9 +2,11 @@
  * One trace per run on the Kubernetes runtime (the real service and runtime against the in-repo fake
  * API server), exported over OTLP/HTTP to a real receiver: the run's tree holds the Job/pod create
  * and the scheduling wait, timed from the pod's creation and its PodScheduled condition, and the
- * program gets the run's TRACEPARENT on the runner's command line.
+ * program gets the run's TRACEPARENT on the runner's command line; a warm hit (a claimed pool pod whose
+ * real runner gets the program through attach) has the attach span and passes TRACEPARENT in the go line.
  */
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { POOL_LABELS } from '../../../src/runtime/kubernetes/pool/pool-plan.ts';
 import { jobNameFor } from '../../../src/runtime/kubernetes/names.ts';
 import { startTracing, type Tracing } from '../../../src/tracing/setup.ts';
 import { freshDatabase, type TestDatabase } from '../../support/db.ts';
@@ -91,4 +93,50 @@ it('an async cluster run: request, admission, run with queue wait, Job create, s
   const job = fake.get('jobs', 'sandpod-jobs', jobNameFor(id))!;
   const main = (job.spec.template.spec.containers as J[]).find((c) => c.name === 'main')!;
   expect(main.command).toContain(`TRACEPARENT=00-${traceId}-${run.spanId}-01`);
+});
+
+describe('warm pool pod', () => {
+  let warmFake: FakeKube;
+  let warmDb: TestDatabase;
+  let warm: TestService;
+  let restore: (() => void) | undefined;
+  beforeAll(async () => {
+    // Pool pods run the real runner (in --wait mode, fed through attach).
+    warmFake = await FakeKube.start({ runWarmPods: true, schedulePods: true });
+    warmFake.addRuntimeClass('gvisor');
+    warmFake.upsertJobType('sandpod', 'default', { pythonVersion: '3.11', memoryLimit: '256m', cpuLimit: 0.5, timeout: 20 });
+    restore = useFakeKubeconfig(warmFake);
+    warmDb = await freshDatabase();
+    warm = await startTestService({ runtime: 'kubernetes', kubernetes: { executor_image: 'sandpod/executor:test', deadline_grace_seconds: 5, preflight: false, warm_pool_size: 1 } }, {}, warmDb);
+  }, 120_000);
+  afterAll(async () => {
+    await warm?.close();
+    await warmDb?.drop();
+    await warmFake?.close();
+    restore?.();
+  });
+
+  it('a warm hit: the attach span, the warm sandbox, and TRACEPARENT through the go line', async () => {
+    const ready = () =>
+      warmFake.list('jobs', 'sandpod-jobs').some((j) => {
+        const pod = j.metadata.labels?.[POOL_LABELS.pool] === 'default' ? warmFake.podOfJob(j.metadata.name) : undefined;
+        return pod?.status?.containerStatuses?.find((c: J) => c.name === 'main')?.state?.running && !pod.metadata.deletionTimestamp;
+      });
+    await warmFake.waitFor(ready, 20_000, 'a ready pool pod');
+    const traceId = 'c0ffee00c0ffee00c0ffee00c0ffee00';
+    const res = await warm.post('/execute', { code: 'import os\nprint(os.environ.get("TRACEPARENT", "none"))' }, { traceparent: `00-${traceId}-2222333344445555-01` });
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as J;
+    expect(body.success).toBe(true);
+    for (let i = 0; i < 100 && !receiver.trace(traceId).some((s) => s.name === 'POST /execute'); i++) {
+      await tracing.flush();
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(receiver.tree(traceId)).toBe(
+      ['POST /execute', '  sandpod.admission', '  sandpod.run', '    sandpod.collection', '    sandpod.execution', '    sandpod.kube.attach', '    sandpod.sandbox', '    sandpod.settle'].join('\n'),
+    );
+    expect(receiver.one(traceId, 'sandpod.sandbox').attributes['sandpod.sandbox.path']).toBe('warm');
+    expect(receiver.one(traceId, 'sandpod.kube.attach').attributes['sandpod.kube.path']).toBe('warm');
+    expect(String(body.stdout).trim()).toBe(`00-${traceId}-${receiver.one(traceId, 'sandpod.run').spanId}-01`);
+  });
 });

@@ -17,9 +17,12 @@ export function observedSteps(run: RunState, pod: V1Pod | undefined): ObservedSt
   const podName = pod?.metadata?.name;
   const attrs = (extra: Record<string, string> = {}) => ({ 'k8s.job.name': run.jobName, ...(podName ? { 'k8s.pod.name': podName } : {}), ...extra });
   if (!run.claimed) {
-    const created = toMs(pod?.metadata?.creationTimestamp);
-    if (created !== null) {
-      out.push({ name: KUBE_STEPS.create, start: new Date(run.startedAt), end: new Date(Math.max(run.startedAt, created)), attributes: attrs() });
+    // A pod made for the run is not older than it: a creation time that reads earlier was truncated
+    // to its second by the API server.
+    const createdAt = toMs(pod?.metadata?.creationTimestamp);
+    if (createdAt !== null) {
+      const created = Math.max(run.startedAt, createdAt);
+      out.push({ name: KUBE_STEPS.create, start: new Date(run.startedAt), end: new Date(created), attributes: attrs() });
       const scheduled = pod?.status?.conditions?.find((c) => c.type === 'PodScheduled' && c.status === 'True');
       const at = toMs(scheduled?.lastTransitionTime);
       if (at !== null) out.push({ name: KUBE_STEPS.schedule, start: new Date(created), end: new Date(Math.max(created, at)), attributes: attrs(pod?.spec?.nodeName ? { 'k8s.node.name': pod.spec.nodeName } : {}) });
