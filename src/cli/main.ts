@@ -151,9 +151,10 @@ export function buildProgram(onExit: (code: number) => void): Command {
     .option('--job-type <name>', 'the job type (environment)')
     .option('--timeout <seconds>', 'execution time limit', positiveInt('--timeout'))
     .option('--idempotency-key <key>', 'a repeated submission with this key returns the same job')
+    .option('--callback-url <url>', 'POST the record there when the job ends (signed; see docs/api.md)')
     .option('--async', 'queue it and print the job id without waiting')
     .option('--no-follow', 'wait for the result and print the output at the end, not live')
-    .action(async (file: string, o: { input?: string; requirements?: string[]; jobType?: string; timeout?: number; idempotencyKey?: string; async?: boolean; follow: boolean }, cmd: Command) => {
+    .action(async (file: string, o: { input?: string; requirements?: string[]; jobType?: string; timeout?: number; idempotencyKey?: string; callbackUrl?: string; async?: boolean; follow: boolean }, cmd: Command) => {
       let code: string;
       try {
         code = readFileSync(file === '-' ? 0 : file, 'utf8');
@@ -168,6 +169,7 @@ export function buildProgram(onExit: (code: number) => void): Command {
         ...(o.timeout ? { timeout: o.timeout } : {}),
         ...(o.requirements?.length ? { requirements: o.requirements } : {}),
         ...(o.idempotencyKey ? { idempotency_key: o.idempotencyKey } : {}),
+        ...(o.callbackUrl ? { callback_url: o.callbackUrl } : {}),
       };
       c.spinner.show('submitting');
       const job = unwrap(await c.client.POST('/execute/async', { body: fields, bodySerializer: () => submissionText(fields, inputText) }));

@@ -190,6 +190,10 @@ describe('sandpod against a running service', () => {
     const v = await sandpod(['run', file('t.py', 'print(1)\n'), '--timeout', '100000'], env);
     expect(v.code).toBe(3);
     expect(v.stderr).toMatch(/^sandpod: .*timeout.* \[validation_error\]\n$/);
+    // --callback-url reaches the service (callbacks are off here: every URL is refused).
+    const w = await sandpod(['run', '--async', '--callback-url', 'https://hooks.example.com/x', file('t.py', 'print(1)\n')], env);
+    expect(w.code).toBe(3);
+    expect(w.stderr).toMatch(/^sandpod: callback_url: callbacks are not enabled on this service .* \[validation_error\]\n$/);
   });
 
   it('job-types and build', async () => {
