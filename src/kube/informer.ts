@@ -59,6 +59,13 @@ export interface InformerOptions<T> {
   watchTimeoutSeconds?: number;
   /** How long a watch may wait for its response headers, ms (the API client's request deadline). */
   requestTimeoutMs?: number;
+  /**
+   * Applied to every listed or watched object before it is cached or handed to handlers (client-go's
+   * SetTransform): drop what no reader needs, so a cache of a thousand runs stays small.
+   */
+  transform?: (obj: T) => T;
+  /** A secondary key (e.g. a label's value): {@link ReconnectingInformer.byIndex} finds objects by it without a scan. */
+  indexBy?: (obj: T) => string | undefined;
 }
 
 /** Is this error (or watch ERROR Status) a `410 Gone`? */
@@ -73,6 +80,7 @@ export function isGone(err: unknown): boolean {
  */
 export class ReconnectingInformer<T extends KubeObject> {
   private readonly cache = new Map<string, T>();
+  private readonly index = new Map<string, Map<string, T>>();
   private readonly handlers: ((event: InformerEvent, obj: T, old?: T) => void)[] = [];
   private readonly log: Logger;
   private resourceVersion = '';
@@ -104,6 +112,39 @@ export class ReconnectingInformer<T extends KubeObject> {
   /** The cached object of that name. */
   get(name: string): T | undefined {
     return this.cache.get(name);
+  }
+
+  /** Cached objects whose `indexBy` key is `key` (empty without `indexBy`). */
+  byIndex(key: string): T[] {
+    const m = this.index.get(key);
+    return m ? [...m.values()] : [];
+  }
+
+  private cacheSet(name: string, obj: T): void {
+    const old = this.cache.get(name);
+    this.cache.set(name, obj);
+    const by = this.opts.indexBy;
+    if (!by) return;
+    const was = old ? by(old) : undefined;
+    const is = by(obj);
+    if (was !== undefined && was !== is) this.unindex(was, name);
+    if (is === undefined) return;
+    let m = this.index.get(is);
+    if (!m) this.index.set(is, (m = new Map()));
+    m.set(name, obj);
+  }
+
+  private cacheDelete(name: string): void {
+    const old = this.cache.get(name);
+    this.cache.delete(name);
+    const k = old && this.opts.indexBy?.(old);
+    if (k !== undefined) this.unindex(k, name);
+  }
+
+  private unindex(key: string, name: string): void {
+    const m = this.index.get(key);
+    m?.delete(name);
+    if (m?.size === 0) this.index.delete(key);
   }
 
   /** Every cached object. */
@@ -181,19 +222,20 @@ export class ReconnectingInformer<T extends KubeObject> {
     }
     if (this.stopped) return;
     const fresh = new Map<string, T>();
+    const transform = this.opts.transform;
     for (const item of res.items) {
       const n = item.metadata?.name;
-      if (n) fresh.set(n, item);
+      if (n) fresh.set(n, transform ? transform(item) : item);
     }
     for (const [n, old] of this.cache) {
       if (!fresh.has(n)) {
-        this.cache.delete(n);
+        this.cacheDelete(n);
         this.emit('delete', old);
       }
     }
     for (const [n, obj] of fresh) {
       const old = this.cache.get(n);
-      this.cache.set(n, obj);
+      this.cacheSet(n, obj);
       if (!old) this.emit('add', obj);
       else if (old.metadata?.resourceVersion !== obj.metadata?.resourceVersion) this.emit('update', obj, old);
     }
@@ -227,19 +269,19 @@ export class ReconnectingInformer<T extends KubeObject> {
         this.log.debug({ informer: this.opts.name, status }, 'watch error event');
         return;
       }
-      const o = obj as T;
-      const rv = o?.metadata?.resourceVersion;
+      const rv = (obj as T)?.metadata?.resourceVersion;
       if (rv) this.resourceVersion = rv;
       if (type === 'BOOKMARK') return;
+      const o = obj && this.opts.transform ? this.opts.transform(obj as T) : (obj as T);
       const n = o?.metadata?.name;
       if (!n) return;
       this.failures = 0;
       const old = this.cache.get(n);
       if (type === 'DELETED') {
-        this.cache.delete(n);
+        this.cacheDelete(n);
         this.emit('delete', o);
       } else if (type === 'ADDED' || type === 'MODIFIED') {
-        this.cache.set(n, o);
+        this.cacheSet(n, o);
         this.emit(old ? 'update' : 'add', o, old);
       }
     };

@@ -173,6 +173,20 @@ export interface FakeKubeOptions {
    * and run the real runner of their command (see the module comment).
    */
   runWarmPods?: boolean;
+  /**
+   * Keep `metadata.managedFields` on every stored object as a real API server does (server-side
+   * apply's field ownership: one FieldsV1 entry naming every field set). Off by default (the tests
+   * compare objects); the in-flight bench turns it on, since it is what an informer caches from a
+   * real server.
+   */
+  managedFields?: boolean;
+}
+
+/** FieldsV1 of an object: every field it sets, as `f:<name>` keys (lists as `.`), as the API server writes. */
+function fieldsV1(o: unknown): unknown {
+  if (Array.isArray(o)) return Object.fromEntries(o.map((x, i) => [x && typeof x === 'object' && 'name' in x ? `k:{"name":"${String((x as { name: unknown }).name)}"}` : `i:${i}`, { '.': {}, ...(fieldsV1(x) as object) }]));
+  if (o && typeof o === 'object') return Object.fromEntries(Object.entries(o).map(([k, v]) => [`f:${k}`, v && typeof v === 'object' ? fieldsV1(v) : {}]));
+  return {};
 }
 
 /** One attach the fake received. */
@@ -367,6 +381,13 @@ export class FakeKube {
         resourceVersion: String(this.rv),
       },
     } as KObj;
+    if (this.opts.managedFields) {
+      const { metadata, ...rest } = stored;
+      const { managedFields: _drop, resourceVersion: _rv, uid: _uid, creationTimestamp: _ct, ...meta } = metadata as KObj['metadata'] & { managedFields?: unknown };
+      (stored.metadata as { managedFields?: unknown }).managedFields = [
+        { manager: 'sandpod', operation: 'Update', apiVersion: (rest as { apiVersion?: string }).apiVersion ?? 'v1', time: kubeTime(), fieldsType: 'FieldsV1', fieldsV1: fieldsV1({ metadata: meta, ...rest }) },
+      ];
+    }
     map.set(k, stored);
     if (emit) this.emit(kind, existing ? 'MODIFIED' : 'ADDED', stored);
     return stored;

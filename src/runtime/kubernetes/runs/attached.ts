@@ -199,7 +199,7 @@ export class AttachedRuns {
     });
     try {
       while (!settled()) {
-        const pod = c.pods.list().find((p) => p.metadata?.labels?.[LABELS.executionId] === key && p.metadata?.ownerReferences?.some((r) => r.uid === jobUid));
+        const pod = c.pods.byIndex(key).find((p) => p.metadata?.ownerReferences?.some((r) => r.uid === jobUid));
         const status = (n: string) => pod?.status?.containerStatuses?.find((s) => s.name === n);
         if (status(CONTAINERS.main)?.state?.terminated || status(CONTAINERS.collector)?.state?.terminated) return;
         const usable = !!pod?.metadata?.name && !pod.metadata.deletionTimestamp;

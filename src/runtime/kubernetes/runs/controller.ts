@@ -16,6 +16,7 @@ import { CONTAINERS, LABELS, RELEASE_COMMAND, instanceSelector } from '../names.
 import type { OutputLimits } from './output-tar.ts';
 import { collectOutputs, observeProgress, resolveRun, type OutputDeps } from './outputs.ts';
 import { KeyedWorkQueue } from './work-queue.ts';
+import { slimJob, slimPod } from './cache-transform.ts';
 
 /** Options of {@link RunController}. */
 export interface RunControllerOptions {
@@ -111,12 +112,16 @@ export class RunController {
       name: 'pods',
       path: `/api/v1/namespaces/${opts.namespace}/pods`,
       list: () => opts.api.listPods(opts.namespace, selector),
+      transform: slimPod,
+      // A run's pods by its execution-id label: a reconcile finds them without scanning every pod.
+      indexBy: (p) => p.metadata?.labels?.[LABELS.executionId],
     });
     this.jobs = new ReconnectingInformer<V1Job>({
       ...common,
       name: 'jobs',
       path: `/apis/batch/v1/namespaces/${opts.namespace}/jobs`,
       list: () => opts.api.listJobs(opts.namespace, selector),
+      transform: slimJob,
     });
     const enqueue = (o: V1Pod | V1Job) => {
       const key = o.metadata?.labels?.[LABELS.executionId];
@@ -273,7 +278,7 @@ export class RunController {
 
   /** The run's pod: the first one its own Job made (a replacement pod is not the run's). */
   private podFor(key: string, run: TrackedRun): V1Pod | undefined {
-    const pods = this.pods.list().filter((p) => p.metadata?.labels?.[LABELS.executionId] === key);
+    const pods = this.pods.byIndex(key);
     if (run.podUid) return pods.find((p) => p.metadata?.uid === run.podUid);
     const jobUid = run.jobUid;
     if (!jobUid) return undefined;
