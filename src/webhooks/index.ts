@@ -11,8 +11,8 @@ export { WebhookDelivery, payloadOf, type DeliveryOutcome } from './deliver.ts';
 export { Signer } from './sign.ts';
 
 /**
- * The delivery worker of this configuration, or null when callbacks are off (`webhooks.allowed_hosts`
- * empty: every callback_url is refused at submission, so nothing can reach the outbox). Throws a
+ * The delivery worker of this configuration, or null when callbacks are off and no secret is set
+ * (`webhooks.allowed_hosts` empty: every callback_url is refused at submission). Throws a
  * ConfigError for callbacks without a signing secret, or a default callback the rules refuse.
  */
 export function createWebhooks(config: Pick<Config, 'webhooks'>, deps: Omit<WebhookDeliveryOptions, 'config' | 'signer'>): WebhookDelivery | null {
@@ -21,7 +21,10 @@ export function createWebhooks(config: Pick<Config, 'webhooks'>, deps: Omit<Webh
     const r = parseCallbackUrl(c.default_callback_url, c);
     if ('problem' in r) throw new ConfigError(`invalid configuration: webhooks.default_callback_url: ${r.problem}`);
   }
-  if (c.allowed_hosts.length === 0) return null;
-  const signer = new Signer(configuredSecrets(c));
+  const secrets = configuredSecrets(c);
+  // With secrets but no allowed hosts (callbacks turned off later) the worker still runs: deliveries
+  // left pending are refused by the send-time check and end in the DLQ instead of waiting forever.
+  if (c.allowed_hosts.length === 0 && secrets.length === 0) return null;
+  const signer = new Signer(secrets);
   return new WebhookDelivery({ ...deps, config: c, signer });
 }

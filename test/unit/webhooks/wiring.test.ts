@@ -16,6 +16,8 @@ describe('createWebhooks', () => {
   it('is off without allowed_hosts, on with them and a secret', () => {
     expect(createWebhooks(cfg({}), deps)).toBeNull();
     expect(createWebhooks(cfg({ allowed_hosts: ['hooks.example.com'], secrets: [secret] }), deps)).toBeInstanceOf(WebhookDelivery);
+    // Turned off later with a secret kept: the worker runs, so what was pending is refused and ends.
+    expect(createWebhooks(cfg({ secrets: [secret] }), deps)).toBeInstanceOf(WebhookDelivery);
   });
 
   it('refuses to start callbacks without a signing secret, or with a default callback the rules refuse', () => {
