@@ -3,7 +3,8 @@
  * follows none; a 3xx is just a status code), a deadline over the whole exchange, and at most
  * `maxResponseBytes` of the answer read before the connection is closed. Only the status code is
  * kept: the body is read so that a receiver that answers before reading ours does not see a reset,
- * and dropped.
+ * and dropped. Node's `http`/`https` rather than `fetch`: a request's `lookup` can be pinned to the
+ * checked address there (fetch has no per-request resolver), and nothing is followed or pooled.
  */
 import http from 'node:http';
 import https from 'node:https';
