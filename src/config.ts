@@ -163,6 +163,22 @@ export const ConfigSchema = v.pipe(
         sizes: v.optional(v.nullable(v.record(v.string(), int(0, 64))), null),
         max_idle_sec: v.optional(int(1), 300),
         max_starting: v.optional(int(1, 16), 2),
+        /**
+         * Sizes that follow demand (local pool, src/runtime/local/pool/pool-sizing.ts): per pool key, the
+         * fewest sandboxes whose Erlang-B miss share at (claims/s over `window_sec`) × (measured refill
+         * time) is at most `miss_target`, at least the configured size while the key is claimed, at
+         * most `max_per_type`, all keys together at most `max_total`; zero after `max_idle_sec` unclaimed.
+         */
+        autoscale: v.optional(
+          v.object({
+            enabled: v.optional(v.boolean(), false),
+            max_per_type: v.optional(int(1, 64), 8),
+            max_total: v.optional(int(1, 256), 16),
+            window_sec: v.optional(int(1, 3600), 60),
+            miss_target: v.optional(v.pipe(v.number(), v.minValue(0.001), v.maxValue(0.5)), 0.1),
+          }),
+          {},
+        ),
       }),
       {},
     ),

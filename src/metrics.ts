@@ -118,7 +118,7 @@ export class Metrics {
     });
     new Gauge({
       name: 'sandpod_warm_sandboxes_target',
-      help: 'Configured warm sandboxes per job type (warm_pool.sizes)',
+      help: 'Wanted warm sandboxes per job type (warm_pool.sizes, or following demand with warm_pool.autoscale)',
       labelNames: ['job_type'],
       registers,
       collect() {
@@ -134,6 +134,16 @@ export class Metrics {
       collect() {
         this.reset();
         for (const s of warm()) if (s.oldest_age_ms !== null) this.set({ job_type: s.job_type }, s.oldest_age_ms / 1000);
+      },
+    });
+    new Gauge({
+      name: 'sandpod_warm_refill_seconds',
+      help: 'Mean time from a warm sandbox start to its readiness per job type (absent before one was measured)',
+      labelNames: ['job_type'],
+      registers,
+      collect() {
+        this.reset();
+        for (const s of warm()) if (s.refill_ms !== undefined && s.refill_ms !== null) this.set({ job_type: s.job_type }, s.refill_ms / 1000);
       },
     });
     new Counter({

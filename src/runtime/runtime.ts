@@ -306,6 +306,11 @@ export interface WarmPoolStats {
   hits: number;
   misses: number;
   /**
+   * Mean time from a warm sandbox's start to its readiness (ms; the slowest of the job type's pool
+   * keys), null before one was measured; absent where not measured.
+   */
+  refill_ms?: number | null;
+  /**
    * Hand-overs to a claimed warm sandbox that failed before the program started, after which the run
    * was tried again (another warm sandbox, or cold). In `/metrics` only; absent where not counted.
    */

@@ -43,6 +43,7 @@ import { chooseEngine, defaultInterpreter } from './engine-probe.ts';
 import { findEngineBinaries, type EngineBinaries, type EngineName } from './engines.ts';
 import { Reservations } from './pool/reservations.ts';
 import { SandboxPool, type PoolTarget } from './pool/sandbox-pool.ts';
+import type { SizingOptions } from './pool/pool-sizing.ts';
 import { warmEnvFor, type WarmEnv, type WarmEnvSources } from './pool/warm-env.ts';
 import { WarmPool } from './pool/warm-pool.ts';
 import { collectRun } from './runs/collect.ts';
@@ -199,6 +200,14 @@ class LocalRuntimeImpl implements LocalRuntime {
     return warmEnvFor(this.envSources(p.deps), spec.jobType, spec.requirements, interpreter);
   }
 
+  /** `warm_pool.autoscale` as the pool's sizing options (null when off). */
+  private sizing(): SizingOptions | null {
+    const a = this.config.warm_pool.autoscale;
+    if (!a.enabled) return null;
+    const idleMs = this.config.warm_pool.max_idle_sec * 1000;
+    return { maxPerType: a.max_per_type, maxTotal: a.max_total, windowMs: a.window_sec * 1000, idleMs, missTarget: a.miss_target };
+  }
+
   private newPool(cgroups: CgroupSupport, spawner: Spawner, host: SandboxHost, runsDir: string, targets: PoolTarget[], sizes: Map<string, number>): SandboxPool {
     return new SandboxPool({
       cgroups,
@@ -208,6 +217,7 @@ class LocalRuntimeImpl implements LocalRuntime {
       runsc: this.bins.runsc,
       targets,
       sizes,
+      sizing: this.sizing(),
       maxIdleMs: this.config.warm_pool.max_idle_sec * 1000,
       maxStarting: this.config.warm_pool.max_starting,
       maxStreamBytes: this.config.max_stdout_bytes,

@@ -1,6 +1,7 @@
 /**
  * What `/pool/stats` and `/metrics` show of the local warm pool, per job type, as a pure function of
- * the pool's state and the time: target, ready and starting sandboxes, ages, hits and misses.
+ * the pool's state and the time: target (configured, or following demand), ready and starting sandboxes, ages, hits, misses
+ * and the refill time.
  */
 import type { WarmPoolStats } from '../../runtime.ts';
 import type { PoolEntryView } from './sandbox-pool-plan.ts';
@@ -17,12 +18,13 @@ export interface StatsEntry extends PoolEntryView {
 }
 
 /** Per job type (sorted by name): the sum of its keys' targets, its sandboxes and counters. */
-export function poolStats(now: number, targets: readonly { jobType: string; size: number }[], entries: readonly StatsEntry[], counters: ReadonlyMap<string, Counters>): WarmPoolStats[] {
+export function poolStats(now: number, targets: readonly { jobType: string; size: number; refillMs: number | null }[], entries: readonly StatsEntry[], counters: ReadonlyMap<string, Counters>): WarmPoolStats[] {
   const names = new Set([...targets.map((t) => t.jobType), ...counters.keys()]);
   return [...names].sort().map((name) => {
     const mine = entries.filter((e) => e.jobType === name);
     const ages = mine.filter((e) => e.state === 'ready').map((e) => Math.max(0, now - e.createdAt));
     const c = counters.get(name) ?? { hits: 0, misses: 0 };
+    const refills = targets.filter((t) => t.jobType === name && t.refillMs !== null).map((t) => t.refillMs!);
     return {
       job_type: name,
       target: targets.filter((t) => t.jobType === name).reduce((n, t) => n + t.size, 0),
@@ -32,6 +34,8 @@ export function poolStats(now: number, targets: readonly { jobType: string; size
       newest_age_ms: ages.length ? Math.min(...ages) : null,
       hits: c.hits,
       misses: c.misses,
+      // The slowest of its keys' mean refill times (start to ready), null before any was measured.
+      refill_ms: refills.length ? Math.round(Math.max(...refills)) : null,
     };
   });
 }

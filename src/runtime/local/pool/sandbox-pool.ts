@@ -35,15 +35,17 @@ import type { Clock } from '../../../clock.ts';
 import type { JobType } from '../../../jobtypes/job-type.ts';
 import type { Logger } from '../../../logger.ts';
 import type { WarmPoolStats } from '../../runtime.ts';
-import type { CgroupLimits, CgroupSupport, RunCgroup } from '../cgroups.ts';
+import type { CgroupLimits, CgroupSupport } from '../cgroups.ts';
 import { runscDelete } from '../runs/proc.ts';
-import type { RunDir } from '../runs/run-dir.ts';
 import type { SandboxHost } from '../sandbox.ts';
-import { planPool, pickWarm, type FailureRecord, type PoolEntryView } from './sandbox-pool-plan.ts';
-import type { RunProc, SpawnedProc, Spawner } from '../spawner.ts';
+import { planPool, pickWarm, type FailureRecord } from './sandbox-pool-plan.ts';
+import type { Spawner } from '../spawner.ts';
 import { launchWarm, type PoolTarget } from './launch-warm.ts';
+import { DemandTracker } from './demand.ts';
+import { sizePool, type SizingOptions } from './pool-sizing.ts';
 import { poolStats, type Counters } from './pool-stats.ts';
 import { WarmEgress } from './warm-egress.ts';
+import { handOver, type Entry, type WarmSandbox } from './warm-entry.ts';
 import { poolKey, type WarmEnv } from './warm-env.ts';
 
 export type { PoolTarget } from './launch-warm.ts';
@@ -61,6 +63,8 @@ export interface SandboxPoolOptions {
    * kept yet (another environment) makes it a target of this size.
    */
   sizes: ReadonlyMap<string, number>;
+  /** Sizes that follow demand (`warm_pool.autoscale`, pool-sizing.ts); null: the configured sizes. */
+  sizing: SizingOptions | null;
   maxIdleMs: number;
   maxStarting: number;
   /** Placeholder stream cap on the runner's command line (the go line sets the run's). */
@@ -72,42 +76,7 @@ export interface SandboxPoolOptions {
   background(p: Promise<unknown>): void;
 }
 
-/** A claimed sandbox: the run's now. */
-export interface WarmSandbox {
-  rd: RunDir;
-  cgroup: RunCgroup;
-  /** The engine process (stdout already past the runner's `ready` line). */
-  proc: RunProc;
-  runscId: string | null;
-  /** CPU the cgroup used before the claim (interpreter and engine start), ms. */
-  cpuBeforeMs: number;
-  /** Binds the run to the sandbox's egress proxy (allowed_hosts types; nothing for others). Before go. */
-  bind(executionId: string): void;
-  /** Hands the program over: the run directory's files are written already; this sends the go line. */
-  go(timeoutSec: number, maxStreamBytes: number, env?: Record<string, string>): void;
-  /** Kills it and removes everything of it (background). */
-  destroy(): Promise<void>;
-}
-
-interface Entry extends PoolEntryView {
-  target: PoolTarget;
-  rd: RunDir;
-  cgroup: RunCgroup;
-  proc: SpawnedProc;
-  runscId: string | null;
-  claimed: boolean;
-  /** The runner said `ready` (the entry is ready when its egress proxy, if any, listens too). */
-  runnerReady: boolean;
-  /** allowed_hosts types: the proxy, once it listens; `needsEgress` until then. */
-  needsEgress: boolean;
-  egress: WarmEgress | null;
-  destroyed: boolean;
-  stdout: string;
-  stderrTail: string;
-  out: ((b: Buffer) => void) | Buffer[];
-  err: ((b: Buffer) => void) | Buffer[];
-}
-
+export type { WarmSandbox } from './warm-entry.ts';
 
 /** Whether runs of this job type can use warm sandboxes at all: every job type can (issue 18). */
 export function poolable(_jobType: JobType): boolean {
@@ -124,13 +93,17 @@ export class SandboxPool {
   /** Keys learned from claims (not configured), and when each was last claimed. */
   private readonly learned = new Map<string, number>();
   private readonly sizes: Map<string, number>;
+  private readonly demand: DemandTracker;
+  /** Each key's target as last planned (the configured size, or the demand's). */
+  private planned = new Map<string, number>();
   private timer: NodeJS.Timeout | null = null;
   private stopped = false;
   private ticking = false;
 
   constructor(private readonly o: SandboxPoolOptions) {
     this.sizes = new Map(o.sizes);
-    for (const t of o.targets) if (t.size > 0) this.targets.set(poolKey(t.jobType, t.interpreter, t.env), t);
+    this.demand = new DemandTracker(o.sizing?.windowMs ?? 60_000);
+    for (const t of o.targets) if (t.size > 0) this.setTarget(poolKey(t.jobType, t.interpreter, t.env), t);
   }
 
   /**
@@ -151,6 +124,7 @@ export class SandboxPool {
     const key = poolKey(jobType, interpreter, env);
     const now = this.o.clock.now();
     if (this.learned.has(key)) this.learned.set(key, now);
+    if (countMiss) this.demand.claimed(key, now);
     const id = this.targets.has(key) ? pickWarm(this.entries, key, now, this.o.maxIdleMs) : null;
     const i = id === null ? -1 : this.entries.findIndex((e) => e.id === id);
     if (i < 0) {
@@ -175,7 +149,7 @@ export class SandboxPool {
     const size = this.sizes.get(jobType.name) ?? 0;
     if (this.stopped || size <= 0) return;
     if (this.learned.has(key) || !this.targets.has(key)) this.learned.set(key, this.o.clock.now());
-    if (!this.targets.has(key)) this.targets.set(key, { jobType, interpreter, size, env });
+    if (!this.targets.has(key)) this.setTarget(key, { jobType, interpreter, size, env });
   }
 
   /**
@@ -184,7 +158,7 @@ export class SandboxPool {
    */
   async ensure(target: PoolTarget, timeoutMs = 60_000): Promise<void> {
     const key = poolKey(target.jobType, target.interpreter, target.env);
-    this.targets.set(key, target);
+    this.setTarget(key, target);
     this.learned.delete(key);
     this.sizes.set(target.jobType.name, target.size);
     if (this.entries.some((e) => e.key === key && e.state === 'ready')) return;
@@ -213,7 +187,11 @@ export class SandboxPool {
         this.learned.delete(key);
         this.targets.delete(key);
       }
-      const targets = new Map([...this.targets].map(([k, t]) => [k, t.size]));
+      const sizing = this.o.sizing;
+      const targets = sizing
+        ? sizePool(now, [...this.targets].map(([k, t]) => this.demand.demand(k, t.size, now)), sizing)
+        : new Map([...this.targets].map(([k, t]) => [k, t.size]));
+      this.planned = targets;
       const plan = planPool({ now, maxIdleMs: this.o.maxIdleMs, targets, entries: this.entries, maxStarting: this.o.maxStarting, failures: this.failures });
       for (const id of plan.retire) {
         const i = this.entries.findIndex((e) => e.id === id);
@@ -222,8 +200,10 @@ export class SandboxPool {
       for (const key of plan.start) this.startOne(key, now);
       if (this.timer) clearTimeout(this.timer);
       this.timer = null;
-      if (plan.wakeAt !== null) {
-        this.timer = setTimeout(() => this.tick(), Math.max(10, plan.wakeAt - now));
+      // Demand-following sizes change with time alone (claims leave the window, keys go idle).
+      const wakeAt = sizing && this.targets.size > 0 ? Math.min(plan.wakeAt ?? Infinity, now + 1000) : plan.wakeAt;
+      if (wakeAt !== null) {
+        this.timer = setTimeout(() => this.tick(), Math.max(10, wakeAt - now));
         this.timer.unref();
       }
     } finally {
@@ -233,7 +213,7 @@ export class SandboxPool {
 
   /** Per job type: target, ready and starting sandboxes, their ages, hits and misses. */
   stats(): WarmPoolStats[] {
-    const targets = [...this.targets.values()].map((t) => ({ jobType: t.jobType.name, size: t.size }));
+    const targets = [...this.targets].map(([k, t]) => ({ jobType: t.jobType.name, size: this.planned.get(k) ?? t.size, refillMs: this.demand.refillMs(k) }));
     return poolStats(this.o.clock.now(), targets, this.entries.map((e) => ({ ...e, jobType: e.target.jobType.name })), this.counters);
   }
 
@@ -242,6 +222,11 @@ export class SandboxPool {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
     await Promise.allSettled(this.entries.splice(0).map((e) => this.destroy(e)));
+  }
+
+  private setTarget(key: string, t: PoolTarget): void {
+    this.targets.set(key, t);
+    this.demand.targeted(key, this.o.clock.now());
   }
 
   private hasTargetFor(name: string): boolean {
@@ -333,6 +318,7 @@ export class SandboxPool {
   private maybeReady(e: Entry): void {
     if (e.state !== 'starting' || e.destroyed || !e.runnerReady || (e.needsEgress && !e.egress)) return;
     e.state = 'ready';
+    this.demand.refilled(e.key, this.o.clock.now() - e.createdAt);
     this.failures.delete(e.key);
     for (const w of this.waiters.get(e.key)?.splice(0) ?? []) w();
     if (!e.claimed) setImmediate(() => this.tick());
@@ -368,21 +354,6 @@ export class SandboxPool {
   }
 
   private handOver(e: Entry): WarmSandbox {
-    const route = (which: 'out' | 'err') => (cb: (b: Buffer) => void) => {
-      const pending = e[which];
-      e[which] = cb;
-      if (Array.isArray(pending)) for (const b of pending) cb(b);
-    };
-    const cpuBeforeMs = e.cgroup.stats().cpuTimeMs ?? 0;
-    return {
-      rd: e.rd,
-      cgroup: e.cgroup,
-      runscId: e.runscId,
-      cpuBeforeMs,
-      proc: { onStdout: route('out'), onStderr: route('err'), kill: () => e.proc.kill(), closed: e.proc.closed },
-      bind: (executionId) => e.egress?.bind(executionId, e.target.jobType.network.allowedHosts),
-      go: (timeoutSec, maxStreamBytes, env = {}) => e.proc.input(`${JSON.stringify({ timeout: timeoutSec, max_stream_bytes: maxStreamBytes, ...(Object.keys(env).length ? { env } : {}) })}\n`),
-      destroy: () => this.destroy(e),
-    };
+    return handOver(e, () => this.destroy(e));
   }
 }
