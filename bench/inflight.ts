@@ -61,7 +61,7 @@ export async function benchInflight(opts: { levels: number[]; say: (s: string) =
   const { say } = opts;
   const fake = await FakeKube.start({ managedFields: true });
   fake.addRuntimeClass('gvisor');
-  const child = fork('bench/inflight-replica.ts', [fake.url], { execArgv: ['--expose-gc', '--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const child = fork('bench/inflight-replica.ts', [fake.url], { execArgv: ['--expose-gc', '--import', 'tsx', ...(process.env.BENCH_CPU_PROF ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_CPU_PROF] : [])], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
   const listeners = new Set<(m: Reply) => void>();
   child.on('message', (m: Reply) => {
     for (const l of [...listeners]) l(m);
@@ -109,7 +109,7 @@ export async function benchInflight(opts: { levels: number[]; say: (s: string) =
     const started = new Set<string>();
     const podsByExecution = new Map<string, string>();
     while (executing.size + failures.length < n) {
-      for (const p of fake.list('pods')) {
+      for (const p of fake.peek('pods')) {
         const id = p.metadata.labels?.['sandpod.io/execution-id'];
         if (!id?.startsWith(tag) || started.has(p.metadata.name)) continue;
         started.add(p.metadata.name);

@@ -15,9 +15,16 @@
  *    engine floor of the same run (p50 ≤ 0.35 × floor p50, p99 ≤ floor p50), and the hit ratio with
  *    4 concurrent clients at a rate the pool sustains (≥ 90 %). Section 1 runs with the pool off, so
  *    it stays the cold path's measurement.
+ * 8. Runs in flight per replica against the fake API server (issue 20; bench/inflight.ts): 10, 100 and
+ *    1,000 held at once, then finished; RSS, event-loop delay p99, API calls per run, informer memory
+ *    and controller overhead p50/p99 (targets: delay p99 ≤ 50 ms, overhead p99 ≤ 100 ms, calls per run
+ *    as a single run's, RSS growth ≤ 200 KB per run in flight). BENCH_INFLIGHT sets the levels.
+ * 9. 5,000 queued async jobs drained at the worker limit on PostgreSQL with a stand-in runtime, nothing
+ *    lost or run twice, GET /executions?limit=100 p99 ≤ 50 ms meanwhile; PostgreSQL statements, rows
+ *    and bytes per run (issue 20; bench/queued.ts). BENCH_QUEUED_JOBS sets the count.
  *
  * Env: BENCH_RUNS (default 200), BENCH_ENGINES (default: every usable one), BENCH_SECONDS (acceptance
- * load duration, default 5), BENCH_ONLY (comma list of sync,accept,throughput,kubernetes,history,cluster,warm), BENCH_HISTORY_ROWS.
+ * load duration, default 5), BENCH_ONLY (comma list of sync,accept,throughput,kubernetes,history,cluster,warm,inflight,queued), BENCH_HISTORY_ROWS.
  */
 import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -38,7 +45,7 @@ import { ms, quantile } from './stats.ts';
 const RUNS = Number(process.env.BENCH_RUNS ?? 200);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 const WRK = which('wrk');
-const ONLY = new Set((process.env.BENCH_ONLY ?? 'sync,accept,throughput,kubernetes,history,cluster,warm').split(','));
+const ONLY = new Set((process.env.BENCH_ONLY ?? 'sync,accept,throughput,kubernetes,history,cluster,warm,inflight,queued').split(','));
 const lines: string[] = [];
 const say = (s = '') => {
   lines.push(s);
@@ -389,6 +396,15 @@ async function main(): Promise<void> {
   if (ONLY.has('history')) await history();
   if (ONLY.has('cluster')) await (await import('./cluster.ts')).benchCluster({ runs: Math.min(RUNS, 20), say });
   if (ONLY.has('warm')) await warmSandboxes(engines);
+  if (ONLY.has('inflight')) {
+    say('## 8. Runs in flight per replica (against the in-repo fake API server)');
+    await (await import('./inflight.ts')).benchInflight({ levels: (process.env.BENCH_INFLIGHT ?? '10,100,1000').split(',').map(Number), say });
+    say('');
+  }
+  if (ONLY.has('queued')) {
+    say('## 9. Queued async jobs drained at the worker limit (PostgreSQL)');
+    await (await import('./queued.ts')).benchQueued({ jobs: Number(process.env.BENCH_QUEUED_JOBS ?? 5000), say });
+  }
   mkdirSync('.bench', { recursive: true });
   writeFileSync('.bench/report.md', `${lines.join('\n')}\n`);
   console.log('report written to .bench/report.md');

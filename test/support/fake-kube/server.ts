@@ -431,6 +431,15 @@ export class FakeKube {
     return [...this.store.get(kind)!.values()].filter((o) => ns === undefined || o.metadata.namespace === ns).map(clone);
   }
 
+  /**
+   * Every stored object of a kind, not copied: for drivers that scan often (the in-flight bench),
+   * where copying every object each time would make the fake, not the service, the bottleneck.
+   * Read only.
+   */
+  peek(kind: Kind): readonly Readonly<KObj>[] {
+    return [...this.store.get(kind)!.values()];
+  }
+
   /** One object (a copy), or undefined. */
   get(kind: Kind, ns: string | undefined, name: string): KObj | undefined {
     const o = this.store.get(kind)!.get(this.key(ns, name));
@@ -606,9 +615,9 @@ export class FakeKube {
   }
 
   private findPod(name: string): KObj {
-    const p = this.list('pods').find((x) => x.metadata.name === name);
-    if (!p) throw new Error(`fake: no pod ${name}`);
-    return p;
+    // One copy, of the pod asked for: copying every pod per update made each update O(pods).
+    for (const p of this.store.get('pods')!.values()) if (p.metadata.name === name) return clone(p);
+    throw new Error(`fake: no pod ${name}`);
   }
 
   /** Applies a change to a pod's status (and recomputes its phase), emitting MODIFIED. */
