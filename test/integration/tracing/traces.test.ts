@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../../../src/logger.ts';
 import { startTracing, type Tracing } from '../../../src/tracing/setup.ts';
 import { OtlpReceiver } from '../../support/otlp-receiver.ts';
+import { buildWheels } from '../../support/wheel.ts';
 import { startTestService, type TestService } from '../../support/service.ts';
 
 let receiver: OtlpReceiver;
@@ -134,6 +135,33 @@ describe('tracing on, warm sandbox (local runtime)', () => {
     expect(receiver.one(traceId, 'sandpod.sandbox').attributes).toMatchObject({ 'sandpod.sandbox.path': 'warm', 'sandpod.sandbox.warm': true });
     expect(body.stdout.trim()).toBe(`00-${traceId}-${receiver.one(traceId, 'sandpod.run').spanId}-01`);
     expect((warm.runtime.warmPoolStats?.() ?? []).find((s) => s.job_type === 'default')?.hits).toBe(1);
+  });
+});
+
+describe('tracing on, requirements installed at run time', () => {
+  let withPip: TestService;
+  beforeAll(async () => {
+    const index = buildWheels([{ name: 'sandpod-tracepkg', version: '1.0.0' }]);
+    withPip = await startTestService({ pip: { find_links: [index], no_index: true } });
+  }, 120_000);
+  afterAll(async () => {
+    await withPip?.close();
+  });
+
+  it('the install is its own span, inside the sandbox\'s startup and before the execution', async () => {
+    const traceId = 'abcdefabcdefabcdefabcdefabcdef01';
+    const res = await withPip.post('/execute', { code: 'import sandpod_tracepkg\nprint(sandpod_tracepkg.VALUE)', requirements: ['sandpod-tracepkg'], startup_timeout: 120 }, { traceparent: `00-${traceId}-3333444455556666-01` });
+    const body = (await res.json()) as { stdout: string; success: boolean; stderr: string };
+    expect(body.success, body.stderr).toBe(true);
+    expect(body.stdout.trim()).toBe('sandpod-tracepkg-1.0.0');
+    await waitForSpan(traceId, 'POST /execute');
+    expect(receiver.tree(traceId)).toBe(
+      ['POST /execute', '  sandpod.admission', '  sandpod.run', '    sandpod.collection', '    sandpod.execution', '    sandpod.install', '    sandpod.sandbox', '    sandpod.settle'].join('\n'),
+    );
+    const install = receiver.one(traceId, 'sandpod.install');
+    expect(install.endMs).toBeGreaterThan(install.startMs);
+    expect(install.startMs).toBeGreaterThanOrEqual(receiver.one(traceId, 'sandpod.sandbox').endMs);
+    expect(receiver.one(traceId, 'sandpod.execution').startMs).toBeGreaterThanOrEqual(install.endMs);
   });
 });
 
