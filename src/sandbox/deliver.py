@@ -13,7 +13,7 @@ from (runner.py --go-port); its phase lines come back on that connection and are
 Standard library only; shipped as `python3 -c <this file>` in the pod's command, like the runner.
 
 CLI
-    python3 deliver.py --code PATH --input PATH --go-port PORT --release PATH
+    python3 deliver.py --code PATH --input PATH --go-port PORT --release PATH [--output DIR]
 
 Protocol (stdin, attached by the service once, `stdinOnce`)
     one line: {"code": N1, "input": N2, "go": {...}}   (at most 64 KiB)
@@ -24,14 +24,25 @@ Protocol (stdin, attached by the service once, `stdinOnce`)
     A stream that ends before the whole payload sends nothing to the runner: no program runs.
     Errors are reported on stdout as one line `undelivered REASON`.
 
+Outputs (with --output DIR): when the runner's `done N` line comes, its outputs are written; before
+that line is passed on, DIR goes out on stdout as a tar archive, in frames: a line `outputs`, then
+frames of a 4-byte big-endian length and that many bytes, ended by an empty frame, then a line
+`outputs-end ok` (or `outputs-end failed REASON`: the service then pulls DIR by exec as before).
+This saves the service an exec (a process started in the sandbox) per run. The bytes are the same
+archive `tar -C DIR -cf - .` would give, and the service parses them with the same limits.
+
 Afterwards the process is the pod's collector: it holds /output (read-only here) for the service's
-exec'd `tar` and exits 0 when the release file appears, or on SIGTERM/SIGINT.
+exec'd `tar` and exits 0 when the release file appears, when the line `release` comes on stdin
+(the service has the outputs), or on SIGTERM/SIGINT.
 """
 import json
 import os
+import select
 import signal
 import socket
+import struct
 import sys
+import tarfile  # imported at start, not on the run's path
 import time
 
 MAX_HEADER = 64 * 1024
@@ -46,7 +57,7 @@ def say(line):
 
 
 def parse_args(argv):
-    opts = {'--code': '/code/main.py', '--input': '/input/data.json', '--go-port': None, '--release': '/control/release', '--connect-timeout': '60'}
+    opts = {'--code': '/code/main.py', '--input': '/input/data.json', '--go-port': None, '--release': '/control/release', '--connect-timeout': '60', '--output': None}
     i = 0
     while i < len(argv):
         if argv[i] not in opts or i + 1 >= len(argv):
@@ -106,6 +117,59 @@ def connect(port, timeout):
             time.sleep(0.02)
 
 
+class Frames(object):
+    """A write-only file object that sends what is written to stdout as length-prefixed frames."""
+
+    def write(self, data):
+        data = bytes(data)
+        if data:
+            write_all(struct.pack('>I', len(data)) + data)
+        return len(data)
+
+    def flush(self):
+        pass
+
+
+def write_all(data):
+    view = memoryview(data)
+    while view:
+        n = os.write(1, view)
+        view = view[n:]
+
+
+def send_outputs(out_dir):
+    """DIR as a tar archive in frames (see the module doc); a failure is reported, never raised."""
+    write_all(b'outputs\n')
+    why = None
+    try:
+        with tarfile.open(fileobj=Frames(), mode='w|', format=tarfile.GNU_FORMAT, bufsize=64 * 1024) as tar:
+            tar.add(out_dir, arcname='.', recursive=True)
+    except (OSError, tarfile.TarError, ValueError) as e:
+        why = str(e) or e.__class__.__name__
+    try:
+        write_all(struct.pack('>I', 0))
+        write_all(b'outputs-end ok\n' if why is None else ('outputs-end failed %s\n' % why.replace('\n', ' ')).encode('utf-8', 'replace'))
+    except OSError:
+        pass
+
+
+def relay(conn, out_dir):
+    """Copies the runner's lines to stdout; before a `done` line, the outputs (with --output)."""
+    buf = b''
+    while True:
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        buf += chunk
+        while b'\n' in buf:
+            line, buf = buf.split(b'\n', 1)
+            if out_dir is not None and line.startswith(b'done '):
+                send_outputs(out_dir)
+            write_all(line + b'\n')
+    if buf:
+        write_all(buf)
+
+
 def deliver(opts):
     header, rest = read_line(0, MAX_HEADER)
     if header is None:
@@ -134,11 +198,7 @@ def deliver(opts):
         return
     try:
         conn.sendall(json.dumps(go).encode() + b'\n')
-        while True:
-            chunk = conn.recv(4096)
-            if not chunk:
-                break
-            os.write(1, chunk)
+        relay(conn, opts['--output'])
     except OSError:
         pass
     finally:
@@ -150,9 +210,26 @@ def main():
     signal.signal(signal.SIGINT, lambda *_: os._exit(0))
     opts = parse_args(sys.argv[1:])
     deliver(opts)
-    # fd 0 is done with; the collector's part follows.
+    # The collector's part: until released, by the file (exec) or by a `release` line on stdin.
+    stdin_open = True
+    line = b''
     while not os.path.exists(opts['--release']):
-        time.sleep(0.2)
+        if not stdin_open:
+            time.sleep(0.2)
+            continue
+        try:
+            ready, _, _ = select.select([0], [], [], 0.2)
+            chunk = os.read(0, 64) if ready else None
+        except (OSError, ValueError):
+            chunk = b''
+        if chunk is None:
+            continue
+        if not chunk:
+            stdin_open = False
+            continue
+        line = (line + chunk)[-64:]
+        if b'release\n' in line:
+            break
     os._exit(0)
 
 

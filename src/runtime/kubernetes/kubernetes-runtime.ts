@@ -153,6 +153,7 @@ class KubernetesRuntime implements Runtime {
       log: this.log,
       runnerSource: () => this.runner(),
       deliverSource: () => this.deliver(),
+      egress: this.egress,
       ensureJob: (job, jobName) => ensureJob(this.api, this.ns, job, jobName),
       ...(t.podGoneGraceMs !== undefined ? { podGoneGraceMs: t.podGoneGraceMs } : {}),
       ...(t.handOverTimeoutMs !== undefined ? { handOverTimeoutMs: t.handOverTimeoutMs } : {}),

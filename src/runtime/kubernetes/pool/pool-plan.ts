@@ -20,17 +20,20 @@ import { createHash } from 'node:crypto';
 import type { V1Job, V1Pod } from '@kubernetes/client-node';
 import { jobRef, type JobType } from '../../../jobtypes/job-type.ts';
 import type { RunSpec } from '../../runtime.ts';
-import { SECRET_KEYS, buildJob, jobDeadlineSeconds, type BuildJobConfig } from '../runs/build-job.ts';
+import { SECRET_KEYS, buildJob, builtImage, extraRequirements, jobDeadlineSeconds, type BuildJobConfig } from '../runs/build-job.ts';
 import { ANNOTATIONS, CONTAINERS, LABELS, RELEASE_FILE, executionLabel } from '../names.ts';
 import { IMAGE_ERRORS, START_ERRORS, toMs } from '../runs/decide.ts';
 
 /**
- * Whether runs of a JobType can come from a pool pod (or a cold attach pod): not when they install
- * requirements (pool pods have no `deps`), nor when their egress is filtered to `allowed_hosts` (the
- * proxy credential is per execution, signed into the pod's environment at creation).
+ * Whether runs of a JobType can come from a pool pod (or a cold attach pod): every run that installs
+ * nothing at run time (pool pods have no `deps`). A built type's pods run its built image by digest,
+ * so its own requirements are there; only requirements a run adds beyond them need a cold pod. An
+ * `allowed_hosts` type is pooled too: the run's proxy credential reaches the runner on the go line at
+ * the claim (hand-over.ts), never in the pod spec.
  */
 export function poolable(jobType: JobType, requirements: readonly string[] = jobType.requirements): boolean {
-  return requirements.length === 0 && !(jobType.network.mode === 'bridge' && jobType.network.allowedHosts.length > 0);
+  const toInstall = builtImage(jobType) !== null ? extraRequirements(requirements, jobType.requirements) : requirements;
+  return toInstall.length === 0;
 }
 
 /** Labels only pool Jobs (and their pods) carry. */
@@ -80,7 +83,7 @@ function buildPoolJobBody(jobType: JobType, config: BuildJobConfig, opts: PoolJo
     maxStdoutBytes: 0,
     maxArtifactBytes: 0,
   };
-  const { job } = buildJob(placeholder, jobType, config, { runtimeClassName: opts.runtimeClassName, runnerSource: '' });
+  const { job } = buildJob(placeholder, jobType, config, { runtimeClassName: opts.runtimeClassName, runnerSource: '', egressAtClaim: true });
   const tpl = job.spec!.template;
   const podSpec = tpl.spec!;
   const strip = (m: Record<string, string> | undefined, keys: string[]) => Object.fromEntries(Object.entries(m ?? {}).filter(([k]) => !keys.includes(k)));
@@ -98,7 +101,10 @@ function buildPoolJobBody(jobType: JobType, config: BuildJobConfig, opts: PoolJo
     if (PER_RUN_OPTIONS.has(a)) i++;
     else args.push(a);
   }
-  const command = [...head, '-c', opts.runnerSource, ...args, '--wait', '--go-port', String(GO_PORT)];
+  // The type's `preload` modules are imported by the held program process before the go line (a
+  // module that fails there is skipped; the program then gets the real error).
+  const preload = jobType.preload.length > 0 ? ['--preload', jobType.preload.join(',')] : [];
+  const command = [...head, '-c', opts.runnerSource, ...args, '--wait', '--go-port', String(GO_PORT), ...preload];
   // main keeps the run Job's mounts (code and input read-only), minus the runner's Secret.
   const mounts = (main.volumeMounts ?? []).filter((m) => m.name !== 'runner');
   const collectorMounts = [...(collector.volumeMounts ?? []), { name: 'code', mountPath: '/code' }, { name: 'input', mountPath: '/input' }];
@@ -116,6 +122,9 @@ function buildPoolJobBody(jobType: JobType, config: BuildJobConfig, opts: PoolJo
     String(GO_PORT),
     '--release',
     RELEASE_FILE,
+    // The outputs go back on the attach before `done` (deliver.py), which saves an exec per run.
+    '--output',
+    '/output',
   ];
   const volumes = (podSpec.volumes ?? [])
     .filter((v) => v.name !== 'runner')

@@ -17,6 +17,8 @@ import { CONTAINERS, LABELS, jobNameFor } from '../names.ts';
 import { defaultOutputLimits } from './output-tar.ts';
 import { coldAttachJob } from '../pool/pool-plan.ts';
 import type { WarmPool } from '../pool/pool.ts';
+import { egressProxyUrlFor } from './build-job.ts';
+import type { EgressCredentials } from './egress.ts';
 import { handOver } from './hand-over.ts';
 
 /** How often a cold attach run tries to attach before the kubelet reports the collector running, ms. */
@@ -34,6 +36,8 @@ export interface AttachedRunsDeps {
   log: Logger;
   runnerSource: () => string;
   deliverSource: () => string;
+  /** The egress proxy's credentials: a proxied run's go line carries its own. */
+  egress: EgressCredentials;
   /** Creates the run's Job, or takes the one of the same name an earlier attempt made (409). */
   ensureJob: (job: V1Job, jobName: string) => Promise<V1Job>;
   podGoneGraceMs?: number;
@@ -173,9 +177,14 @@ export class AttachedRuns {
   /** Hands the program to `podName`'s collector; the run's execution starts when the runner says so. */
   private async deliver(key: string, podName: string, spec: RunSpec): Promise<void> {
     const since = this.d.clock.now();
+    // Signed now, for this run only: the pod was made before the run existed.
+    const creds = await this.d.egress.forJob(spec);
     const session = await handOver(this.d.api, this.ns, podName, spec, {
+      ...(creds ? { proxy: egressProxyUrlFor(spec, this.d.config, creds) } : {}),
       timeoutMs: this.d.handOverTimeoutMs ?? HAND_OVER_TIMEOUT_MS,
+      limits: defaultOutputLimits(spec.maxArtifactBytes, spec.maxStdoutBytes),
       onDone: (exitCode) => this.d.controller.done(key, exitCode, this.d.clock.now()),
+      onOutputs: (output) => this.d.controller.outputs(key, output),
     });
     this.d.controller.setAttach(key, session);
     this.d.controller.delivered(key, this.d.clock.now(), since);

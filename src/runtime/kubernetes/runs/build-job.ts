@@ -28,7 +28,33 @@ export interface BuildJobOptions {
    * (ms). Bridge types with `allowed_hosts` then reach the network through the proxy only. `address`:
    * the proxy host resolved by the service (the pod then gets that address and needs no DNS).
    */
-  egressProxy?: { key: Buffer | string; nowMs: number; address?: string | null } | null;
+  egressProxy?: EgressProxyCredentials | null;
+  /**
+   * A pool pod's Job (pool-plan.ts): a proxied type's pod carries the egress label (its NetworkPolicy)
+   * but no credentials; those reach the runner on the go line when the pod is claimed.
+   */
+  egressAtClaim?: boolean;
+}
+
+/** What signs a run's egress proxy credential (see {@link BuildJobOptions.egressProxy}). */
+export interface EgressProxyCredentials {
+  key: Buffer | string;
+  nowMs: number;
+  address?: string | null;
+}
+
+/**
+ * The egress proxy URL of a run of a proxied type: the proxy's address with the run's HMAC-signed
+ * credential (its execution id, its `allowed_hosts`, an expiry past its Job's deadline). A cold run
+ * gets it in its command (below), a claimed pool pod on its go line (runs/hand-over.ts). Pure.
+ */
+export function egressProxyUrlFor(spec: Pick<RunSpec, 'executionId' | 'timeoutSec' | 'startupTimeoutSec' | 'jobType'>, config: Pick<BuildJobConfig, 'kubernetes'>, creds: EgressProxyCredentials): string | null {
+  const k = config.kubernetes;
+  if (!k.egress_proxy) return null;
+  const expiresAtMs = creds.nowMs + (jobDeadlineSeconds(spec, k.deadline_grace_seconds) + EGRESS_TOKEN_MARGIN_SECONDS) * 1000;
+  const base = new URL(k.egress_proxy.url);
+  if (creds.address) base.hostname = creds.address.includes(':') ? `[${creds.address}]` : creds.address;
+  return egressProxyUrl(base.toString(), { executionId: spec.executionId, allowedHosts: [...spec.jobType.network.allowedHosts], expiresAtMs }, creds.key);
 }
 
 /** How long a run's proxy credential outlives its Job's deadline (clock skew between service and proxy). */
@@ -139,14 +165,16 @@ export function buildJob(spec: RunSpec, jobType: JobType, config: BuildJobConfig
   const name = jobNameFor(spec.executionId);
   const network = jobType.network.mode;
   const runtimeClassName = runtimeClassForRun(network, opts.runtimeClassName, config);
-  const proxied = network === 'bridge' && jobType.network.allowedHosts.length > 0 && k.egress_proxy !== null && opts.egressProxy ? opts.egressProxy : null;
+  const proxiedType = network === 'bridge' && jobType.network.allowedHosts.length > 0 && k.egress_proxy !== null;
+  const proxied = proxiedType && opts.egressProxy ? opts.egressProxy : null;
+  const egressLabel = proxied !== null || (proxiedType && opts.egressAtClaim === true);
   const labels: Record<string, string> = {
     [LABELS.managedBy]: MANAGED_BY,
     [LABELS.executionId]: executionLabel(spec.executionId),
     [LABELS.jobType]: jobType.name,
     [LABELS.instance]: k.instance,
     [LABELS.network]: network,
-    ...(proxied ? { [LABELS.egress]: 'proxy' } : {}),
+    ...(egressLabel ? { [LABELS.egress]: 'proxy' } : {}),
   };
   const annotations: Record<string, string> = {
     [ANNOTATIONS.executionId]: spec.executionId,
@@ -205,13 +233,10 @@ export function buildJob(spec: RunSpec, jobType: JobType, config: BuildJobConfig
   for (const [key, value] of Object.entries(jobType.env).sort(([a], [b]) => a.localeCompare(b))) {
     if (ENV_NAME_RE.test(key)) runnerArgs.push('--env', `${key}=${value}`);
   }
-  if (proxied && k.egress_proxy) {
+  const proxyUrl = proxied ? egressProxyUrlFor({ ...spec, jobType }, config, proxied) : null;
+  if (proxyUrl) {
     // After the job type's env: these win. NO_PROXY empty, so every request goes through the proxy.
-    const expiresAtMs = proxied.nowMs + (jobDeadlineSeconds(spec, k.deadline_grace_seconds) + EGRESS_TOKEN_MARGIN_SECONDS) * 1000;
-    const base = new URL(k.egress_proxy.url);
-    if (proxied.address) base.hostname = proxied.address.includes(':') ? `[${proxied.address}]` : proxied.address;
-    const url = egressProxyUrl(base.toString(), { executionId: spec.executionId, allowedHosts: [...jobType.network.allowedHosts], expiresAtMs }, proxied.key);
-    for (const v of ['HTTP_PROXY', 'HTTPS_PROXY', 'http_proxy', 'https_proxy']) runnerArgs.push('--env', `${v}=${url}`);
+    for (const v of ['HTTP_PROXY', 'HTTPS_PROXY', 'http_proxy', 'https_proxy']) runnerArgs.push('--env', `${v}=${proxyUrl}`);
     runnerArgs.push('--env', 'NO_PROXY=', '--env', 'no_proxy=');
   }
   for (const [key, value] of Object.entries(runEnv(spec))) runnerArgs.push('--env', `${key}=${value}`);
@@ -353,7 +378,7 @@ export function builtImage(jobType: JobType): string | null {
 }
 
 /** Requirements of the run that the built type's own do not cover. */
-function extraRequirements(run: readonly string[], type: readonly string[]): string[] {
+export function extraRequirements(run: readonly string[], type: readonly string[]): string[] {
   const have = new Set(type.map((r) => r.trim()));
   return run.filter((r) => !have.has(r.trim()));
 }

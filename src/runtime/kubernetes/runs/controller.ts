@@ -13,7 +13,7 @@ import { silentLogger, type Logger } from '../../../logger.ts';
 import type { RawRun, RunObservation } from '../../runtime.ts';
 import { decide, type Action, type RunState } from './decide.ts';
 import { CONTAINERS, LABELS, RELEASE_COMMAND, instanceSelector } from '../names.ts';
-import type { OutputLimits } from './output-tar.ts';
+import type { CollectedOutput, OutputLimits } from './output-tar.ts';
 import { collectOutputs, observeProgress, resolveRun, type OutputDeps } from './outputs.ts';
 import { KeyedWorkQueue } from './work-queue.ts';
 import { slimJob, slimPod } from './cache-transform.ts';
@@ -41,6 +41,9 @@ export interface RunControllerOptions {
   /** Deadline of a watch's response headers, ms (the API calls' own deadline is the KubeApi's). */
   requestTimeoutMs?: number;
 }
+
+/** How long a collect waits for the `done` of a warm run whose main is seen ended, ms. */
+const DONE_WAIT_MS = 1000;
 
 /** How long a resolved run waits for its log follow to deliver the end, ms. */
 const LOG_TAIL_WAIT_MS = 2000;
@@ -71,6 +74,10 @@ export interface TrackedRun {
   /** Deletions heard before `jobUid` was known: Job uids, and pod uids with their owners' uids. */
   deletedJobs?: Set<string>;
   deletedPods?: { uid: string; owners: string[] }[];
+  /** The outputs its collector sends on the attach: true once they are the run's collection. */
+  relayed?: Promise<boolean>;
+  /** Called when the runner's `done` comes (a collect waiting for it goes on). */
+  doneHeard?: () => void;
   /** A warm or attach run's attach to its `collector` (closed when the run ends). */
   attach?: { close(): void };
 }
@@ -225,7 +232,31 @@ export class RunController {
     const run = this.runs.get(key);
     if (!run?.state.warm || run.state.warm.done) return;
     run.state.warm.done = { exitCode, at };
+    run.doneHeard?.();
     this.queue.add(key);
+  }
+
+  /**
+   * A warm run's collector is sending its outputs on the attach (deliver.py --output); `output`
+   * settles after `done` with what was read (null: incomplete or unreadable). Taken, the run needs no
+   * exec to collect, nor to release the collector (resolves true: the hand-over releases it). A
+   * collect decided meanwhile waits for it. Not taken after a 137, which waits for the pod's status
+   * (an OOM kill or not), and so for an exec'd collection, as before.
+   */
+  outputs(key: string, output: Promise<CollectedOutput | null>): Promise<boolean> {
+    const run = this.runs.get(key);
+    if (!run?.state.warm) return Promise.resolve(false);
+    run.relayed = output.then(
+      (o) => {
+        if (!o || this.runs.get(key) !== run || run.state.collection || run.state.warm?.done?.exitCode === 137) return false;
+        run.state.collection = { ok: true, output: o };
+        run.state.released = true;
+        this.queue.add(key);
+        return true;
+      },
+      () => false,
+    );
+    return run.relayed;
   }
 
   /** Keeps a warm run's attach, to close it when the run ends. */
@@ -343,6 +374,18 @@ export class RunController {
         run.state.depsLog = await this.opts.api.podLogTail(ns, action.pod, CONTAINERS.deps);
         return true;
       case 'collect':
+        // The pod's status can show main ended before the runner's `done` (and the outputs before it)
+        // came through the attach: a moment for them, then an exec only if they do not arrive whole.
+        if (run.state.warm && !run.state.warm.done) {
+          await new Promise<void>((resolve) => {
+            const timer = setTimeout(resolve, DONE_WAIT_MS);
+            run.doneHeard = () => {
+              clearTimeout(timer);
+              resolve();
+            };
+          });
+        }
+        if (run.relayed && (await run.relayed)) return true;
         await collectOutputs(this.outputDeps(), run, action.pod, action.early ?? false);
         return true;
       case 'release':

@@ -8,9 +8,12 @@
  * here (an attach that drops or is refused, a collector that reports `undelivered`, no answer within
  * the limit) may be retried on another pod without running the program twice.
  */
+import { PassThrough } from 'node:stream';
 import type { AttachSession, KubeApi } from '../../../kube/index.ts';
 import { runEnv, type RunSpec } from '../../runtime.ts';
 import { CONTAINERS } from '../names.ts';
+import { CollectorStream } from './collector-stream.ts';
+import { parseOutputTar, type CollectedOutput, type OutputLimits } from './output-tar.ts';
 
 /** Frames the payload is sent in (a real API server and kubelet relay frames of any size; smaller ones keep memory flat). */
 const FRAME_BYTES = 256 * 1024;
@@ -24,17 +27,31 @@ export class HandOverError extends Error {
 export interface HandOverOptions {
   /** The runner said `done N`: the program ended and its outputs are written. */
   onDone: (exitCode: number) => void;
+  /**
+   * The collector is sending the outputs on the attach: `output` settles once `done` came, with what
+   * was read (null when incomplete or unreadable: the controller pulls them by exec then). Resolves
+   * true when the outputs were taken: the collector is released.
+   */
+  onOutputs: (output: Promise<CollectedOutput | null>) => Promise<boolean>;
+  /** Limits the outputs sent on the attach are read with (as an exec'd collection would be). */
+  limits: OutputLimits;
   /** How long the program may take to start after the payload was sent, ms. */
   timeoutMs: number;
+  /** The run's egress proxy URL, with its credential: the runner points the program's proxy variables at it. */
+  proxy?: string | null;
 }
 
-/** The bytes the collector reads: a header line, then the program, then its input (deliver.py). */
-export function handOverPayload(spec: Pick<RunSpec, 'code' | 'inputJson' | 'timeoutSec' | 'maxStdoutBytes' | 'traceparent'>): Buffer {
+/**
+ * The bytes the collector reads: a header line, then the program, then its input (deliver.py). The
+ * header's `go` object is the runner's go line: the runner adds `env` to the program's environment
+ * (its TRACEPARENT) and points its proxy variables at `proxy` (the run's egress proxy URL with its
+ * credential), both bound to this run only (a pool pod is made before any run exists).
+ */
+export function handOverPayload(spec: Pick<RunSpec, 'code' | 'inputJson' | 'timeoutSec' | 'maxStdoutBytes' | 'traceparent'>, proxy: string | null = null): Buffer {
   const code = Buffer.from(spec.code, 'utf8');
   const input = Buffer.from(spec.inputJson, 'utf8');
-  // The runner adds `env` to the program's environment (its TRACEPARENT); deliver.py passes `go` on as is.
   const env = runEnv(spec);
-  const go = { timeout: spec.timeoutSec, max_stream_bytes: spec.maxStdoutBytes, ...(Object.keys(env).length ? { env } : {}) };
+  const go = { timeout: spec.timeoutSec, max_stream_bytes: spec.maxStdoutBytes, ...(Object.keys(env).length ? { env } : {}), ...(proxy ? { proxy } : {}) };
   const header = { code: code.length, input: input.length, go };
   return Buffer.concat([Buffer.from(JSON.stringify(header) + '\n', 'utf8'), code, input]);
 }
@@ -51,26 +68,47 @@ export async function handOver(api: Pick<KubeApi, 'attach'>, ns: string, pod: st
     failed = (why) => reject(new HandOverError(`the program never reached the run pod: ${why}`));
   });
   ack.catch(() => undefined);
-  let line = '';
-  const session = await api.attach(ns, pod, CONTAINERS.collector, (chunk) => {
-    line += chunk.toString('utf8');
-    let nl: number;
-    while ((nl = line.indexOf('\n')) >= 0) {
-      const text = line.slice(0, nl).trim();
-      line = line.slice(nl + 1);
+  // The outputs archive, when the collector sends it (before `done`).
+  let outputs: { pipe: PassThrough; parsing: Promise<CollectedOutput>; ok: boolean; settle: (o: Promise<CollectedOutput | null> | null) => void } | null = null;
+  let session: AttachSession | null = null;
+  const stream = new CollectorStream({
+    outputsStart: () => {
+      const pipe = new PassThrough();
+      const parsing = parseOutputTar(pipe, o.limits).finally(() => pipe.resume());
+      parsing.catch(() => undefined);
+      let settle!: (v: Promise<CollectedOutput | null> | null) => void;
+      const read = new Promise<CollectedOutput | null>((resolve) => (settle = resolve));
+      outputs = { pipe, parsing, ok: false, settle };
+      void o.onOutputs(read).then((taken) => {
+        // The service has the outputs: the collector may go (the pod completes).
+        if (taken) session?.send('release\n').catch(() => undefined);
+      });
+    },
+    outputsData: (chunk) => outputs?.pipe.write(chunk),
+    outputsEnd: () => outputs?.pipe.end(),
+    line: (text) => {
       const done = /^done (-?\d+)$/.exec(text);
       if (text === 'execution') started();
+      else if (text === 'outputs-end ok' && outputs) outputs.ok = true;
       else if (done) {
         started();
+        // The done line first (it sets the exit code the outputs are judged with), then the outputs.
         o.onDone(Number(done[1]));
+        const sent = outputs;
+        outputs = null;
+        sent?.settle(sent.ok ? sent.parsing.catch(() => null) : null);
       } else if (text.startsWith('undelivered')) failed(`its collector said: ${text.slice('undelivered'.length).trim() || 'undelivered'}`);
-    }
-    if (line.length > 4096) line = '';
+    },
   });
-  void session.ended.then(() => failed('the attach to its collector ended before the program started'));
+  session = await api.attach(ns, pod, CONTAINERS.collector, (chunk) => stream.feed(chunk));
+  void session.ended.then(() => {
+    failed('the attach to its collector ended before the program started');
+    outputs?.pipe.end();
+    outputs?.settle(null);
+  });
   let timer: NodeJS.Timeout | undefined;
   try {
-    const payload = handOverPayload(spec);
+    const payload = handOverPayload(spec, o.proxy ?? null);
     for (let i = 0; i < payload.length; i += FRAME_BYTES) await session.send(payload.subarray(i, i + FRAME_BYTES));
     await Promise.race([
       ack,

@@ -3,8 +3,9 @@ import { describe, expect, it } from 'vitest';
 import type { V1Job } from '@kubernetes/client-node';
 import { GO_PORT, poolable, claimOrder, claimedJob, coldAttachJob, memberOf, planPool, poolBackoffMs, poolJob, type PoolMember } from '../../../../src/runtime/kubernetes/pool/pool-plan.ts';
 import { afterHandOverFailure, decide, newRunState } from '../../../../src/runtime/kubernetes/runs/decide.ts';
-import { buildJob } from '../../../../src/runtime/kubernetes/runs/build-job.ts';
+import { BUILT_SITE_DIR, buildJob } from '../../../../src/runtime/kubernetes/runs/build-job.ts';
 import { jobType, testConfig } from '../../../support/kube-runtime.ts';
+import type { JobType } from '../../../../src/jobtypes/job-type.ts';
 
 const T0 = 1_000_000;
 const m = (name: string, over: Partial<PoolMember> = {}): PoolMember => ({ name, jobType: 'a', specHash: 'h1', createdAt: T0, ready: true, claimed: false, deleting: false, failed: false, ...over });
@@ -78,12 +79,23 @@ describe('memberOf', () => {
   });
 });
 
+const IMAGE_REF = 'registry.example.com/sandpod/builds/data@sha256:' + 'b'.repeat(64);
+/** A job type built on the cluster (its requirements are in the image `IMAGE_REF`). */
+function builtType(over: Record<string, unknown> = {}, imageRef = IMAGE_REF): JobType {
+  const jt = jobType({ requirements: ['numpy', 'pandas'], ...over });
+  return { ...jt, build: { id: 'b1', digest: 'c'.repeat(64), imageRef, pythonVersion: '3.11', lock: [], version: 'latest', builtAt: new Date(0) } };
+}
+
 describe('poolable', () => {
   it.each([
     ['plain type', jobType(), [], true],
     ['run with requirements', jobType(), ['six'], false],
+    ['unbuilt type with requirements (they are installed per run)', jobType({ requirements: ['numpy'] }), ['numpy'], false],
+    ['built type: its requirements are in its image', builtType(), ['numpy', 'pandas'], true],
+    ['built type, a run adding a requirement', builtType(), ['numpy', 'pandas', 'six'], false],
+    ['a local build ref is no image: as unbuilt', builtType({}, 'local:/x'), ['numpy', 'pandas'], false],
     ['bridge without a host list', jobType({ network: { mode: 'bridge', allowed_hosts: [] } }), [], true],
-    ['bridge filtered to hosts (per-run proxy credential)', jobType({ network: { mode: 'bridge', allowed_hosts: ['pypi.org'] } }), [], false],
+    ['bridge filtered to hosts (the credential comes on the go line at the claim)', jobType({ network: { mode: 'bridge', allowed_hosts: ['pypi.org'] } }), [], true],
   ])('%s', (_n, jt, reqs, want) => {
     expect(poolable(jt, reqs as string[])).toBe(want);
   });
@@ -137,6 +149,23 @@ describe('pool Job and claim', () => {
     expect(poolJob(jobType(), cfg, { runtimeClassName: 'gvisor', runnerSource: 'RUNNER', deliverSource: 'DELIVER', name: 'sp-w-2', maxIdleSec: 900 }).specHash).toBe(specHash);
     expect(poolJob(jobType({ memory_limit: '1g' }), cfg, { runtimeClassName: 'gvisor', runnerSource: 'RUNNER', deliverSource: 'DELIVER', name: 'sp-w-1', maxIdleSec: 900 }).specHash).not.toBe(specHash);
     expect(poolJob(jobType(), cfg, { runtimeClassName: 'gvisor', runnerSource: 'RUNNER2', deliverSource: 'DELIVER', name: 'sp-w-1', maxIdleSec: 900 }).specHash).not.toBe(specHash);
+  });
+
+  it.each([
+    { name: 'plain type: the executor image, no egress label', t: jobType(), image: 'sandpod/executor:test', egress: undefined, proxyEnv: false },
+    { name: 'built type: its built image by digest, its site directory on the path', t: builtType(), image: IMAGE_REF, egress: undefined, proxyEnv: false },
+    { name: 'allowed_hosts type: the egress label (its NetworkPolicy), no credential in the spec', t: jobType({ network: { mode: 'bridge', allowed_hosts: ['example.com'] } }), image: 'sandpod/executor:test', egress: 'proxy', proxyEnv: false },
+    { name: 'a type that preloads: the runner imports its modules while it waits', t: jobType({ preload: ['numpy', 'pandas'] }), image: 'sandpod/executor:test', egress: undefined, proxyEnv: false, preload: 'numpy,pandas' },
+  ])('pool pods of every kind: $name', ({ t, image, egress, proxyEnv, preload }) => {
+    const c = testConfig({ kubernetes: { executor_image: 'sandpod/executor:test', preflight: false, egress_proxy: { url: 'http://egress.sandpod.svc:3128', key_file: '/k' } } });
+    const { job } = poolJob(t, c, { runtimeClassName: 'gvisor', runnerSource: 'RUNNER', deliverSource: 'DELIVER', name: 'sp-w-1', maxIdleSec: 900 });
+    const main = job.spec!.template.spec!.containers.find((x) => x.name === 'main')!;
+    expect(main.image).toBe(image);
+    expect(job.spec!.template.metadata!.labels!['sandpod.io/egress']).toBe(egress);
+    expect(main.command!.some((a) => /PROXY=/i.test(a))).toBe(proxyEnv);
+    if (t.build) expect(main.command!.slice(main.command!.indexOf('--python-path'), main.command!.indexOf('--python-path') + 2)).toEqual(['--python-path', BUILT_SITE_DIR]);
+    const at = main.command!.indexOf('--preload');
+    expect(at < 0 ? undefined : main.command![at + 1]).toBe(preload);
   });
 
   it('cold, warm and cold-attach pods give main the same mounts (one builder): code and input read-only', () => {
