@@ -106,6 +106,8 @@ export const ConfigSchema = v.pipe(
     production_mode: v.optional(v.boolean(), false),
     max_workers: v.optional(int(1, 256), 4),
     max_queue_size: v.optional(int(1), 100),
+    /** Live sessions (issue 19) allowed at once, all processes; over it POST /sessions is 503. 0 turns sessions off. */
+    max_sessions: v.optional(int(0, 1000), 8),
     default_timeout: v.optional(int(1), 30),
     max_timeout: v.optional(int(1), 120),
     max_stdout_bytes: v.optional(int(1024), 32768),

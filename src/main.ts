@@ -14,6 +14,7 @@ import { TokenSet } from './api/middleware/auth.ts';
 import { ConfigError, loadConfig, type Config } from './config.ts';
 import { systemClock, type Clock } from './clock.ts';
 import { CompletionWaiter, EventFeed, Executions } from './executions/index.ts';
+import { SessionManager } from './sessions/manager.ts';
 import { History } from './executions/history.ts';
 import { JobTypeBuilds } from './jobtypes/builds.ts';
 import { createJobTypeRegistry } from './jobtypes/index.ts';
@@ -61,6 +62,8 @@ export interface Service {
   db: Db;
   executions: Executions;
   runtime: Runtime;
+  /** Sessions (issue 19), where the runtime has them. */
+  sessions?: SessionManager;
   breaker: CircuitBreaker;
   dispatcher: Dispatcher<unknown>;
   /** Run events (`GET /jobs/{id}/events`). */
@@ -149,7 +152,8 @@ export async function createService(config: Config, o: ServiceOverrides = {}): P
     ...(o.pollMs ? { pollMs: o.pollMs } : {}),
   });
   let shuttingDown = false;
-  const app = createApp({ config, history: new History(db), executions, waiter, events, registry, builds, runtime, breaker, slots, logger, metrics, version: VERSION, isShuttingDown: () => shuttingDown, tokens });
+  const sessions = runtime.openSession ? new SessionManager({ db, runtime, registry, config, executions, clock, logger }) : undefined;
+  const app = createApp({ config, history: new History(db), executions, waiter, events, registry, builds, runtime, breaker, slots, logger, metrics, version: VERSION, isShuttingDown: () => shuttingDown, tokens, ...(sessions ? { sessions } : {}) });
 
   return {
     config,
@@ -163,6 +167,7 @@ export async function createService(config: Config, o: ServiceOverrides = {}): P
     metrics,
     logger,
     webhooks,
+    ...(sessions ? { sessions } : {}),
     async start() {
       await runtime.start();
       await registry.start?.();
@@ -172,6 +177,7 @@ export async function createService(config: Config, o: ServiceOverrides = {}): P
       const adopted = await executions.recoverOrphans();
       if (adopted.length > 0) logger.warn({ count: adopted.length }, 'settling runs left by a previous process');
       if (config.dispatch) await dispatcher.start();
+      await sessions?.start();
       if (config.webhooks.deliver) await webhooks?.start();
     },
     async stop(graceMs = config.shutdown_grace_seconds * 1000, onDrained?: () => void) {
@@ -186,6 +192,8 @@ export async function createService(config: Config, o: ServiceOverrides = {}): P
         await executions.syncSettled(5000);
       }
       onDrained?.();
+      // Local sandboxes die with the service: its sessions end `service_restart` (docs/api.md).
+      await sessions?.stop();
       await webhooks?.stop();
       await executions.stop();
       await waiter.stop();

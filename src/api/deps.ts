@@ -10,6 +10,7 @@ import type { Metrics } from '../metrics.ts';
 import type { Slots } from '../queue/slots.ts';
 import type { CircuitBreaker } from '../resilience/breaker.ts';
 import type { Runtime } from '../runtime/runtime.ts';
+import type { SessionManager } from '../sessions/manager.ts';
 
 /** Dependencies of the API. */
 export interface AppDeps {
@@ -31,6 +32,8 @@ export interface AppDeps {
   version: string;
   /** API bearer tokens; absent or not enabled: no authentication. */
   tokens?: TokenSet;
+  /** Sessions (issue 19); absent → 501. */
+  sessions?: SessionManager;
   /** True once SIGTERM arrived: new work is refused with 503. */
   isShuttingDown?: () => boolean;
 }

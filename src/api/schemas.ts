@@ -194,7 +194,34 @@ export function requestSchemas(config: Config) {
     v.object({ callback_url: callbackUrl }, 'request body must be a JSON object'),
     v.metadata({ ref: 'RerunRequest', 'x-optional-body': true, description: 'Optional; without a body (or callback_url) the original job\'s callback is kept.' }),
   );
-  return { sync, async: asyncBody, fork, rerun };
+  const seconds = (name: string, max: number, description: string) =>
+    v.optional(
+      v.pipe(
+        v.number(`${name} must be an integer number of seconds`),
+        v.integer(`${name} must be an integer number of seconds`),
+        v.minValue(1, `${name} must be between 1 and ${max} seconds`),
+        v.maxValue(max, `${name} must be between 1 and ${max} seconds`),
+        v.description(description),
+      ),
+    );
+  const session = v.pipe(
+    v.object(
+      {
+        job_type: jobType,
+        requirements,
+        idle_timeout: seconds('idle_timeout', 3600, 'Seconds without a cell after which the session ends (idle). Default 300.'),
+        max_lifetime: seconds('max_lifetime', 86400, 'Seconds after which the session ends whatever it does (lifetime). Default 3600.'),
+        timeout: seconds('timeout', config.max_timeout, "Each cell's execution time limit in seconds (a cell may set its own). Default: the job type's, capped at max_timeout."),
+      },
+      'request body must be a JSON object',
+    ),
+    v.metadata({ ref: 'SessionRequest', description: 'A new session (issue 19).' }),
+  );
+  const cell = v.pipe(
+    v.object({ code, input_data: inputData, timeout }, 'request body must be a JSON object with a code field'),
+    v.metadata({ ref: 'CellRequest', 'x-max-bytes': config.max_body_bytes, description: "One cell, run in the session's interpreter; /input/data.json holds its input_data." }),
+  );
+  return { sync, async: asyncBody, fork, rerun, session, cell };
 }
 
 /** Query integer: a decimal string within [min, max]; documented as an integer. */
@@ -244,6 +271,13 @@ export const ExecutionsQuery = v.object({
   limit: intParam('limit', 1, 1000, 100, 'Page size.'),
   offset: intParam('offset', 0, Number.MAX_SAFE_INTEGER, 0, 'Records skipped.'),
   view: viewParam,
+});
+
+/** `GET /sessions` query. */
+export const SessionsQuery = v.object({
+  status: v.optional(v.pipe(v.picklist(['starting', 'ready', 'busy', 'ended'], 'status must be one of starting, ready, busy, ended'), v.description('Only sessions in this status.'))),
+  limit: intParam('limit', 1, 1000, 100, 'Page size.'),
+  offset: intParam('offset', 0, Number.MAX_SAFE_INTEGER, 0, 'Sessions skipped.'),
 });
 
 /** `GET /dlq` query. */

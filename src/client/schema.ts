@@ -500,6 +500,62 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/sessions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Sessions, newest first */
+        get: operations["listSessions"];
+        put?: never;
+        /** Start a session: a persistent interpreter in a sandbox of its own */
+        post: operations["createSession"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sessions/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One session */
+        get: operations["getSession"];
+        put?: never;
+        post?: never;
+        /** Close a session (its sandbox is destroyed; a running cell is killed) */
+        delete: operations["closeSession"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sessions/{id}/execute": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Run one cell in the session's interpreter
+         * @description Variables, imports and files of earlier cells are still there. One cell at a time: 409 with running_cell_id while another runs. A cell past its timeout is interrupted (KeyboardInterrupt; the state survives, error execution_timeout).
+         */
+        post: operations["sessionExecute"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -524,6 +580,41 @@ export interface components {
              * @enum {string}
              */
             status: "succeeded" | "failed" | "timeout" | "oom" | "cancelled" | "cancelling";
+        };
+        /** @description One cell, run in the session's interpreter; /input/data.json holds its input_data. */
+        CellRequest: {
+            /**
+             * @description Python source run as /code/main.py. Not blank, no NUL, at most 102400 bytes of UTF-8 (max_code_bytes).
+             * @example print(1)
+             */
+            code: string;
+            /**
+             * @description Written to /input/data.json; null means {}. At most 1048576 bytes as JSON (max_input_bytes) and 512 levels of nesting. Any JSON value survives: NUL and other control characters, lone surrogates (kept as \u escapes), any key name, numbers exactly as written (12345678901234567890, 0.1000000000000000055511, 1.0).
+             * @default {}
+             * @example {
+             *       "n": 42
+             *     }
+             */
+            input_data?: Record<string, unknown> | null;
+            /** @description Execution time limit in seconds (excludes startup). Default: the job type's timeout, capped at max_timeout. */
+            timeout?: number;
+        };
+        /** @description POST /execute's answer for the cell, plus its session and number; the cell's full record is GET /jobs/{execution_id}. */
+        CellResult: {
+            /** @description The cell's number in its session (1, 2, …) */
+            cell: number;
+            error: components["schemas"]["RunError"] | null;
+            execution_id: string;
+            /** @description Wall clock seconds */
+            execution_time: number;
+            exit_code: number | null;
+            job_type: string;
+            /** @description Parsed /output/result.json (numbers with their exact text), or null */
+            output: unknown;
+            session_id: string;
+            stderr: string;
+            stdout: string;
+            success: boolean;
         };
         CircuitBreaker: {
             failure_count: number;
@@ -740,6 +831,8 @@ export interface components {
             artifacts_truncated: boolean;
             /** @description Where the record is POSTed when the job ends (GET /jobs/{id}/deliveries shows the attempts); null: nowhere */
             callback_url: string | null;
+            /** @description A session's cell: its number in the session (1, 2, …) */
+            cell?: number;
             code_hash: string;
             correlation_id: string | null;
             /**
@@ -769,9 +862,12 @@ export interface components {
             /** @description Parsed /output/result.json (numbers with their exact text), or null */
             output: unknown;
             parent_execution_id: string | null;
-            relationship: ("rerun" | "fork") | null;
+            /** @description rerun or fork of parent_execution_id, or a session's cell */
+            relationship: ("rerun" | "fork" | "session") | null;
             requirements: string[];
             resource_usage: components["schemas"]["ResourceUsage"] | null;
+            /** @description A session's cell: its session (POST /sessions) */
+            session_id?: string;
             started_at: string | null;
             /** @description Startup time limit in seconds */
             startup_timeout: number;
@@ -1013,6 +1109,45 @@ export interface components {
             phase?: "startup" | "execution";
             /** @description Error type of SPEC §7.2 */
             type: string;
+        };
+        Session: {
+            /** @description Cells run (started) so far */
+            cells: number;
+            created_at: string;
+            /** @description Why it ended; null while live */
+            end_reason: ("closed" | "idle" | "lifetime" | "oom" | "crashed" | "service_restart") | null;
+            ended_at: string | null;
+            /** @description When the session ends unless used (idle) or at the latest (lifetime); null once ended */
+            expires_at: string | null;
+            idle_timeout: number;
+            job_type: string;
+            last_used_at: string;
+            max_lifetime: number;
+            /** @description The record of the cell running now */
+            running_cell_id: string | null;
+            session_id: string;
+            /** @enum {string} */
+            status: "starting" | "ready" | "busy" | "ended";
+            timeout: number;
+        };
+        /** @description A new session (issue 19). */
+        SessionRequest: {
+            /** @description Seconds without a cell after which the session ends (idle). Default 300. */
+            idle_timeout?: number;
+            /**
+             * @description Job type (environment) name; see GET /job-types.
+             * @default default
+             */
+            job_type?: string;
+            /** @description Seconds after which the session ends whatever it does (lifetime). Default 3600. */
+            max_lifetime?: number;
+            /**
+             * @description Package specifiers installed in the startup phase: a name, optional [extras] and version clauses (e.g. "numpy>=1.26,<2"). URLs, paths and options are refused; at most 50.
+             * @default []
+             */
+            requirements?: string[] | null;
+            /** @description Each cell's execution time limit in seconds (a cell may set its own). Default: the job type's, capped at max_timeout. */
+            timeout?: number;
         };
         /** @description An accepted asynchronous job. */
         Submission: {
@@ -2350,6 +2485,301 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Readiness"];
+                };
+            };
+        };
+    };
+    listSessions: {
+        parameters: {
+            query?: {
+                /** @description Page size. */
+                limit?: number;
+                /** @description Sessions skipped. */
+                offset?: number;
+                /** @description Only sessions in this status. */
+                status?: "starting" | "ready" | "busy" | "ended";
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of sessions */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        count: number;
+                        has_more: boolean;
+                        items: components["schemas"]["Session"][];
+                        limit: number;
+                        offset: number;
+                    };
+                };
+            };
+            /** @description Invalid request: the detail names the field and the problem */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not implemented */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    createSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SessionRequest"];
+            };
+        };
+        responses: {
+            /** @description The session, ready for cells */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Session"];
+                };
+            };
+            /** @description Invalid request: the detail names the field and the problem */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Request body larger than max_body_bytes */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Request body is not application/json */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not implemented */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description max_sessions reached, or the sandbox could not start */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code: string;
+                        detail: string;
+                    };
+                };
+            };
+        };
+    };
+    getSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Session id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The session */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Session"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not implemented */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    closeSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Session id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The ended session (an ended one as it was) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Session"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict with the job's state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not implemented */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    sessionExecute: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Session id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CellRequest"];
+            };
+        };
+        responses: {
+            /** @description The cell ended (successfully or not) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CellResult"];
+                };
+            };
+            /** @description Invalid request: the detail names the field and the problem */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict with the job's state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Request body larger than max_body_bytes */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Request body is not application/json */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not implemented */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };

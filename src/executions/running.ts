@@ -31,7 +31,8 @@ import { afterFault, type AfterFault, type FaultFacts } from './requeue.ts';
 import { EVENTS_CHANNEL, RunEventWriter } from './events.ts';
 import { isTerminal } from './status.ts';
 import { inputFileArtifacts, loadInputFiles, type InputFile } from './input-files.ts';
-import { specOf, type SpecRow } from './run-spec.ts';
+import { specOf, type CellRunner, type ExecuteOptions, type SpecRow } from './run-spec.ts';
+export type { CellRunner } from './run-spec.ts';
 
 /** Error types whose runs are put in the dead letter queue (SPEC §7.3 rule 7). */
 export const DLQ_ERROR_TYPES = new Set(['internal_error', 'service_unavailable', 'docker_error', 'config_error']);
@@ -131,13 +132,13 @@ export class Running {
    * Runs a record this process holds (status `running`, claimed by us) and settles it. `adopt`
    * re-attaches to a run an earlier holder started; `release` is called as soon as the sandbox is gone.
    */
-  execute(row: ExecutionRow, opts: { adopt?: boolean; release?: () => void; files?: InputFile[] } = {}): Promise<ExecutionRow> {
+  execute(row: ExecutionRow, opts: ExecuteOptions = {}): Promise<ExecutionRow> {
     const claimedAt = this.o.clock.now();
     const rt = RunTrace.start(row);
     return withRunLogContext(rt.traceId, () => this.executeTraced(row, opts, rt, claimedAt));
   }
 
-  private async executeTraced(row: ExecutionRow, opts: { adopt?: boolean; release?: () => void; files?: InputFile[] }, rt: RunTrace, claimedAt: number): Promise<ExecutionRow> {
+  private async executeTraced(row: ExecutionRow, opts: ExecuteOptions, rt: RunTrace, claimedAt: number): Promise<ExecutionRow> {
     const { holders } = this.o;
     const signal = holders.hold(row.id);
     // Bound here for lines written from callbacks outside the run's async context; the rest of what
@@ -157,7 +158,7 @@ export class Running {
       else if (row.mode !== 'sync') events.status('running', 'starting', row.created_at);
       const progress = { userCodeStarted: false };
       const files = opts.files ?? (row.input_files > 0 ? await loadInputFiles(this.o.db.kysely, row.id) : []);
-      const outcome = await this.runGuarded(row, files, signal, opts.adopt ?? false, log, events, progress, rt.traceparent);
+      const outcome = await this.runGuarded(row, files, signal, opts.adopt ?? false, log, events, progress, rt.traceparent, opts.runner);
       rt.stages(outcome.kind === 'ran' ? outcome.raw : null, { createdAt: new Date(row.created_at).getTime(), claimedAt, returnedAt: this.o.clock.now() });
       // The sandbox is gone: its worker slot can serve the next job while this one is recorded.
       opts.release?.();
@@ -239,7 +240,7 @@ export class Running {
   }
 
   /** One run through the guard: breaker open → `service_unavailable`; engine failures retried. */
-  private async runGuarded(row: ExecutionRow, files: InputFile[], signal: AbortSignal, adopt: boolean, log: Logger, events: RunEventWriter, progress: { userCodeStarted: boolean }, traceparent: string | undefined): Promise<Outcome> {
+  private async runGuarded(row: ExecutionRow, files: InputFile[], signal: AbortSignal, adopt: boolean, log: Logger, events: RunEventWriter, progress: { userCodeStarted: boolean }, traceparent: string | undefined, runner?: CellRunner): Promise<Outcome> {
     const { runtime, db, workerId } = this.o;
     const spec = this.specOf(row, files, traceparent);
     const jt = spec.jobType;
@@ -261,7 +262,7 @@ export class Running {
       if (phase === 'execution' && row.mode === 'async') void updateExecutionIf(db.kysely, row.id, ['running'], { phase }, workerId).catch(() => {});
     };
     const onOutput = (stream: 'stdout' | 'stderr', chunk: Uint8Array) => events.output(stream, chunk);
-    const res = await this.o.guard.run(() => runtime.run(spec, { signal, onPhase, onOutput, adopt }), {
+    const res = await this.o.guard.run(() => (runner ?? runtime.run.bind(runtime))(spec, { signal, onPhase, onOutput, adopt }), {
       isEngineFailure,
       // Nothing to re-attach to says nothing about the engine: a restart adopting many lost runs must
       // not open the circuit for everyone.

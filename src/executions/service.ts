@@ -12,13 +12,14 @@ import { Claims } from '../queue/claims.ts';
 import { Holders } from '../queue/holders.ts';
 import type { Slots } from '../queue/slots.ts';
 import { AppError } from '../errors.ts';
-import type { ExecutionRow } from '../store/database.ts';
+import type { ExecutionRow, NewExecutionRow } from '../store/database.ts';
 import { SPAN } from '../tracing/run-spans.ts';
 import { withSpan } from '../tracing/spans.ts';
 import { cancelJob, type SettleWaiter } from './cancel.ts';
 import { resolveInputFiles } from './input-files.ts';
 import { buildRow, type RequestMeta, type Submission } from './requests.ts';
-import { Running, type RunningOptions } from './running.ts';
+import { Running, type CellRunner, type RunningOptions } from './running.ts';
+import { insertExecution } from '../store/executions.repository.ts';
 import { Submissions, type Lineage, type SubmittedJob } from './submission.ts';
 
 export type { ExecutionEvents } from './running.ts';
@@ -121,6 +122,17 @@ export class Executions {
     const files = s.files ?? (s.input_files || s.input_artifacts?.length ? await resolveInputFiles(this.o.db.kysely, this.o.config, s.input_files, s.input_artifacts) : []);
     const row = buildRow(this.o.config, this.o.registry, { ...s, files }, { mode: 'sync', status: 'running', meta, workerId: this.workerId, now: new Date(this.clock.now()) });
     return this.running.runSync(row, this.o.slots, signal, files);
+  }
+
+  /**
+   * Records and runs a session's cell (issue 19): `row` is a built record (mode sync, running, held by
+   * this process) and `runner` runs it in the session's sandbox. Settled like any run: classified,
+   * artifacts, events, DLQ.
+   */
+  async runCell(row: NewExecutionRow, runner: CellRunner): Promise<ExecutionRow> {
+    this.refuseWhileDraining();
+    const inserted = await insertExecution(this.o.db.kysely, row);
+    return this.running.execute(inserted, { runner });
   }
 
   /**

@@ -55,6 +55,8 @@ export function recordView(row: ExecutionRow, full: boolean, artifacts: Artifact
     input_hash: row.input_hash,
     parent_execution_id: row.parent_execution_id,
     relationship: row.relationship,
+    // A session's cell (issue 19): its session and number.
+    ...(row.session_id ? { session_id: row.session_id, cell: row.cell } : {}),
     stdout_truncated: row.stdout_truncated,
     stderr_truncated: row.stderr_truncated,
     // A key taken over by a resubmission (its job failed before its code started) still shows here.

@@ -340,6 +340,8 @@ export interface SessionSandbox {
   readonly workspaceDir?: string;
   /** Runs one cell (one at a time); a crash or OOM during it resolves too, and ends the sandbox. */
   runCell(c: CellSpec): Promise<RawRun>;
+  /** How it ended; null while it lives. */
+  readonly ended: SessionEnd | null;
   /** Called once when the sandbox ends. */
   onEnd(cb: (e: SessionEnd) => void): void;
   /** Kills it and removes its traces. */

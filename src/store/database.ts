@@ -72,6 +72,9 @@ export interface ExecutionsTable {
   retired_idempotency_key: string | null;
   /** How many files the run gets under `/input/files/` (artifacts of kind `input`). */
   input_files: Generated<number>;
+  /** A session's cell (issue 19): its session and its number there (1, 2, …); `relationship` is `session`. */
+  session_id: string | null;
+  cell: number | null;
   client_ip: string | null;
   correlation_id: string | null;
   /** W3C traceparent the run's trace continues (migration 0008); null without a trace. */
@@ -175,8 +178,32 @@ export interface WebhookAttemptsTable {
   outcome: string;
 }
 
+/** Sessions (issue 19): one row per session; its cells are execution records. */
+export interface SessionsTable {
+  id: string;
+  /** `starting`, `ready`, `busy`, `ended`. */
+  status: string;
+  /** `closed`, `idle`, `lifetime`, `oom`, `crashed`, `service_restart`; null while live. */
+  end_reason: string | null;
+  job_type: string;
+  idle_timeout_s: number;
+  max_lifetime_s: number;
+  cell_timeout_s: number;
+  cells: Generated<number>;
+  running_cell_id: string | null;
+  /** The process whose sandbox it is (`Executions.workerId`) and its last sign of life. */
+  owner: string;
+  heartbeat_at: Timestamp;
+  created_at: GeneratedTimestamp;
+  last_used_at: Timestamp;
+  ended_at: Timestamp | null;
+  client_ip: string | null;
+  correlation_id: string | null;
+}
+
 /** All tables. */
 export interface Database {
+  sessions: SessionsTable;
   executions: ExecutionsTable;
   artifacts: ArtifactsTable;
   dlq: DlqTable;
@@ -191,6 +218,7 @@ export type NewExecutionRow = Insertable<ExecutionsTable>;
 export type ExecutionUpdate = Updateable<ExecutionsTable>;
 export type ArtifactRow = Selectable<ArtifactsTable>;
 export type DlqRow = Selectable<DlqTable>;
+export type SessionRow = Selectable<SessionsTable>;
 export type JobTypeBuildRow = Selectable<JobTypeBuildsTable>;
 
 /** A database handle plus what the queue needs to wake up across processes. */

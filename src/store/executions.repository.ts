@@ -48,6 +48,7 @@ export const EXECUTION_COLUMN_TYPES: Partial<Record<keyof ExecutionsTable, strin
   run_after: 'timestamptz',
   infra_failures: 'integer',
   input_files: 'integer',
+  cell: 'integer',
   failed_before_start: 'boolean',
   artifacts_total: 'integer',
   artifacts_truncated: 'boolean',

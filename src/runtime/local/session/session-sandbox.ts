@@ -44,7 +44,7 @@ export interface SessionSandboxDeps {
 export class LocalSessionSandbox implements SessionSandbox {
   private readonly frames = new SessionFrames();
   private waiting: ((f: SessionFrame) => void) | null = null;
-  private ended: SessionEnd | null = null;
+  private endedAs: SessionEnd | null = null;
   private readonly endListeners: ((e: SessionEnd) => void)[] = [];
   private readyResolve!: () => void;
   private readonly ready = new Promise<void>((r) => (this.readyResolve = r));
@@ -135,23 +135,28 @@ export class LocalSessionSandbox implements SessionSandbox {
   }
 
   private end(reason: SessionEnd['reason'], detail: string): void {
-    if (this.ended) return;
+    if (this.endedAs) return;
     // A kill by the kernel's OOM killer anywhere in the session's cgroup ends it `oom`.
     const oom = this.cgroup.stats().oomKilled;
-    this.ended = { reason: oom ? 'oom' : reason, detail };
+    this.endedAs = { reason: oom ? 'oom' : reason, detail };
     this.waiting?.({ kind: 'end', info: { reason } });
-    for (const l of this.endListeners.splice(0)) l(this.ended);
+    for (const l of this.endListeners.splice(0)) l(this.endedAs);
+  }
+
+  /** How it ended; null while it lives. */
+  get ended(): SessionEnd | null {
+    return this.endedAs;
   }
 
   /** Called once when the sandbox ends (closed, crashed, OOM). */
   onEnd(cb: (e: SessionEnd) => void): void {
-    if (this.ended) cb(this.ended);
+    if (this.endedAs) cb(this.endedAs);
     else this.endListeners.push(cb);
   }
 
   /** Runs one cell. Resolves with what happened (a crash or OOM included: the session then has ended). */
   async runCell(c: CellSpec): Promise<RawRun> {
-    if (this.ended) throw new Error(`the session's sandbox has ended (${this.ended.reason})`);
+    if (this.endedAs) throw new Error(`the session's sandbox has ended (${this.endedAs.reason})`);
     const t0 = this.d.now();
     const codePath = path.join(this.rd.dir, 'code', `cell-${c.cell}.py`);
     writeFileSync(codePath, c.code, { mode: 0o644 });
@@ -174,7 +179,7 @@ export class LocalSessionSandbox implements SessionSandbox {
     const t1 = this.d.now();
     const stats = this.cgroup.stats();
     const report = (result ?? {}) as RunnerReport;
-    const ended = this.ended as SessionEnd | null;
+    const ended = this.endedAs as SessionEnd | null;
     const timedOut = result ? result.timed_out === true : ended?.reason === 'crashed' && ended.detail.includes('interrupt_ignored');
     const obs = baseObservation(t0, {
       exitCode: timedOut ? null : result ? (typeof report.exit_code === 'number' ? report.exit_code : 1) : 137,

@@ -1,0 +1,255 @@
+/**
+ * Sessions on this process (issue 19): each live session owns one sandbox from the runtime
+ * (`Runtime.openSession`), for it only, never reused. Its cells are execution records
+ * (`Executions.runCell`), one at a time. Expiry (idle, lifetime) and the sessions of a process that
+ * died are settled by a sweep on an injected clock (`decide.ts` decides); everything a session is
+ * lives in the `sessions` table, so a restart finds it: locally a sandbox dies with its service, so
+ * its sessions end `service_restart` (at a graceful stop at once, after a crash once the old
+ * owner's heartbeat is stale).
+ */
+import { randomUUID } from 'node:crypto';
+import type { Clock } from '../clock.ts';
+import type { Config } from '../config.ts';
+import { AppError } from '../errors.ts';
+import { buildRow, resolveJobType, type RequestMeta } from '../executions/requests.ts';
+import type { Executions } from '../executions/service.ts';
+import type { JobTypeRegistry } from '../jobtypes/job-type.ts';
+import type { Logger } from '../logger.ts';
+import type { Runtime, SessionSandbox } from '../runtime/runtime.ts';
+import type { Db, ExecutionRow, SessionRow } from '../store/database.ts';
+import { endSession, getSession, heartbeatSessions, insertSession, listSessions, liveSessionCount, liveSessions, updateLiveSession } from '../store/sessions.repository.ts';
+import { admitSession, afterCell, decideExpiry, decideOrphan, sessionSettings, type EndReason, type SessionStatus } from './decide.ts';
+
+/** Options of {@link SessionManager}. */
+export interface SessionManagerOptions {
+  db: Db;
+  runtime: Runtime;
+  registry: JobTypeRegistry;
+  config: Config;
+  executions: Executions;
+  clock: Clock;
+  logger: Logger;
+  /** Sweep period, ms (expiry is checked this often). */
+  sweepMs?: number;
+  /** A session whose owner has not heart-beaten for this long ends `service_restart`, ms (default 5 sweeps). */
+  staleMs?: number;
+}
+
+/** A `POST /sessions` body after validation. */
+export interface SessionRequest {
+  job_type?: string | undefined;
+  requirements?: string[] | undefined;
+  idle_timeout?: number | undefined;
+  max_lifetime?: number | undefined;
+  timeout?: number | undefined;
+}
+
+/** A `POST /sessions/{id}/execute` body after validation. */
+export interface CellRequest {
+  code: string;
+  input_data: Record<string, unknown>;
+  timeout?: number | undefined;
+}
+
+interface Live {
+  sandbox: SessionSandbox;
+  cells: number;
+  running: string | null;
+  closing: boolean;
+}
+
+/** The sessions this process holds. */
+export class SessionManager {
+  private readonly live = new Map<string, Live>();
+  private timer: NodeJS.Timeout | null = null;
+  private admission: Promise<unknown> = Promise.resolve();
+  private readonly sweepMs: number;
+  private readonly staleMs: number;
+
+  constructor(private readonly o: SessionManagerOptions) {
+    this.sweepMs = o.sweepMs ?? 1000;
+    this.staleMs = o.staleMs ?? 5 * this.sweepMs;
+  }
+
+  private now(): Date {
+    return new Date(this.o.clock.now());
+  }
+
+  /** Settles what an earlier process left, then sweeps every `sweepMs`. */
+  async start(): Promise<void> {
+    await this.sweep();
+    this.timer = setInterval(() => void this.sweep().catch((err) => this.o.logger.warn({ err: String(err) }, 'session sweep failed')), this.sweepMs);
+    this.timer.unref();
+  }
+
+  /** Ends every session of this process (`service_restart`: its sandbox goes with the service). */
+  async stop(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+    await Promise.all([...this.live.keys()].map((id) => this.finish(id, 'service_restart')));
+  }
+
+  /** Creates a session and starts its sandbox (SPEC-style 201 body from `sessionView`). */
+  async create(req: SessionRequest, meta: RequestMeta): Promise<SessionRow> {
+    const { config, registry, runtime, db } = this.o;
+    const jt = resolveJobType(registry, req.job_type ?? 'default');
+    if ((req.requirements?.length ?? 0) > 0 || jt.requirements.length > 0) {
+      throw new AppError('not_implemented', `sessions run job types without requirements for now; '${jt.name}' ${jt.requirements.length ? 'has requirements' : 'was given requirements'}`);
+    }
+    if (!runtime.openSession) throw new AppError('not_implemented', `the ${runtime.name} runtime has no sessions yet`);
+    let settings: ReturnType<typeof sessionSettings>;
+    try {
+      settings = sessionSettings(req, { cellTimeoutS: jt.timeout, maxTimeoutS: config.max_timeout });
+    } catch (err) {
+      throw new AppError('validation_error', (err as Error).message);
+    }
+    const id = randomUUID();
+    // Count and insert under one in-process turn: two concurrent creates cannot both take the last place here.
+    const turn = this.admission.then(async () => {
+      const admit = admitSession(await liveSessionCount(db.kysely), config.max_sessions);
+      if (!admit.ok) throw new AppError('service_unavailable', admit.message, { max_sessions: config.max_sessions });
+      const now = this.now();
+      return insertSession(db.kysely, {
+        id,
+        status: 'starting',
+        job_type: jt.name,
+        idle_timeout_s: settings.idleTimeoutS,
+        max_lifetime_s: settings.maxLifetimeS,
+        cell_timeout_s: settings.cellTimeoutS,
+        owner: this.o.executions.workerId,
+        heartbeat_at: now,
+        created_at: now,
+        last_used_at: now,
+        client_ip: meta.clientIp,
+        correlation_id: meta.correlationId,
+      });
+    });
+    this.admission = turn.catch(() => {});
+    await turn;
+    let sandbox: SessionSandbox;
+    try {
+      sandbox = await runtime.openSession(jt, { maxStreamBytes: config.max_stdout_bytes, startupMs: 60_000 });
+    } catch (err) {
+      await endSession(db.kysely, id, 'crashed', this.now());
+      throw new AppError('service_unavailable', `the session's sandbox could not be started: ${(err as Error).message}`);
+    }
+    const live: Live = { sandbox, cells: 0, running: null, closing: false };
+    this.live.set(id, live);
+    sandbox.onEnd((e) => {
+      if (!live.closing && !live.running) void this.finish(id, e.reason === 'oom' ? 'oom' : 'crashed');
+    });
+    const row = await updateLiveSession(db.kysely, id, { status: 'ready' });
+    if (!row) throw new AppError('conflict', `session '${id}' ended while it started`);
+    return row;
+  }
+
+  /** One session (404 when unknown). */
+  async get(id: string): Promise<SessionRow> {
+    const row = await getSession(this.o.db.kysely, id);
+    if (!row) throw new AppError('not_found', `session '${id}' not found`);
+    return row;
+  }
+
+  /** A page of sessions, newest first. */
+  list(f: { status?: SessionStatus | undefined; limit: number; offset: number }): Promise<{ rows: SessionRow[]; hasMore: boolean }> {
+    return listSessions(this.o.db.kysely, f);
+  }
+
+  /** The live session's sandbox here, or the 404/409 that says why there is none. */
+  async held(id: string): Promise<{ live: Live; row: SessionRow }> {
+    const row = await this.get(id);
+    const live = this.live.get(id);
+    if (row.status === 'ended') throw new AppError('conflict', `session '${id}' has ended (${row.end_reason})`, { status: row.status, end_reason: row.end_reason });
+    if (!live) throw new AppError('conflict', `session '${id}' is held by another process of the service (${row.owner})`);
+    return { live, row };
+  }
+
+  /** Runs one cell (409 with the running cell's id while another runs). */
+  async execute(id: string, req: CellRequest, meta: RequestMeta): Promise<{ record: ExecutionRow; cell: number }> {
+    const { live, row } = await this.held(id);
+    if (live.running) throw new AppError('conflict', `session '${id}' is running cell ${live.cells} (${live.running}); one cell at a time`, { running_cell_id: live.running });
+    const { config, registry, executions, db } = this.o;
+    const cellNo = live.cells + 1;
+    const timeout = req.timeout ?? row.cell_timeout_s;
+    const built = buildRow(config, registry, { code: req.code, input_data: req.input_data, timeout, job_type: row.job_type, requirements: [] }, {
+      mode: 'sync',
+      status: 'running',
+      meta,
+      workerId: executions.workerId,
+      now: this.now(),
+    });
+    const cellRow = { ...built, session_id: id, cell: cellNo, relationship: 'session' };
+    live.running = cellRow.id;
+    live.cells = cellNo;
+    try {
+      await updateLiveSession(db.kysely, id, { status: 'busy', running_cell_id: cellRow.id, cells: cellNo });
+      const record = await executions.runCell(cellRow, (spec, options) =>
+        live.sandbox.runCell({
+          cell: cellNo,
+          code: spec.code,
+          inputJson: spec.inputJson,
+          timeoutSec: spec.timeoutSec,
+          maxStdoutBytes: spec.maxStdoutBytes,
+          maxArtifactBytes: spec.maxArtifactBytes,
+          onOutput: options.onOutput,
+        }),
+      );
+      return { record, cell: cellNo };
+    } finally {
+      live.running = null;
+      const ended = this.endedSandbox(live);
+      const next = afterCell(ended);
+      if (next.endReason) await this.finish(id, next.endReason);
+      else if (!live.closing) await updateLiveSession(db.kysely, id, { status: 'ready', running_cell_id: null, last_used_at: this.now() });
+    }
+  }
+
+  private endedSandbox(live: Live): 'oom' | 'crashed' | 'closed' | null {
+    return live.closing ? null : (live.sandbox.ended?.reason ?? null);
+  }
+
+  /** Closes a session (`closed`); an ended one is returned as it is. */
+  async close(id: string): Promise<SessionRow> {
+    const row = await this.get(id);
+    if (row.status === 'ended') return row;
+    if (!this.live.has(id)) throw new AppError('conflict', `session '${id}' is held by another process of the service (${row.owner})`);
+    await this.finish(id, 'closed');
+    return this.get(id);
+  }
+
+  /** Ends a session here: its sandbox destroyed, its row ended with `reason` (first reason wins). */
+  private async finish(id: string, reason: EndReason): Promise<void> {
+    const live = this.live.get(id);
+    if (live) {
+      live.closing = true;
+      this.live.delete(id);
+    }
+    await endSession(this.o.db.kysely, id, reason, this.now());
+    if (live) await live.sandbox.destroy().catch((err) => this.o.logger.warn({ session_id: id, err: String(err) }, 'session sandbox teardown failed'));
+    this.o.logger.info({ session_id: id, reason }, 'session ended');
+  }
+
+  /** Expiry of this process's sessions, and the sessions of owners that stopped heart-beating. */
+  async sweep(): Promise<void> {
+    const db = this.o.db.kysely;
+    const now = this.o.clock.now();
+    await heartbeatSessions(db, this.o.executions.workerId, new Date(now));
+    for (const r of await liveSessions(db)) {
+      const mine = this.live.has(r.id);
+      const clock = { status: r.status as SessionStatus, createdAt: new Date(r.created_at).getTime(), lastUsedAt: new Date(r.last_used_at).getTime(), idleTimeoutS: r.idle_timeout_s, maxLifetimeS: r.max_lifetime_s };
+      const expired = decideExpiry(clock, now);
+      if (mine && expired) await this.finish(r.id, expired);
+      else if (!mine && r.owner !== this.o.executions.workerId) {
+        const orphan = decideOrphan({ status: clock.status, heartbeatAt: new Date(r.heartbeat_at).getTime() }, now, this.staleMs);
+        if (orphan) await endSession(db, r.id, orphan, new Date(now));
+      }
+    }
+  }
+
+  /** The host directory of a live session's `/workspace` (files API). */
+  async workspace(id: string): Promise<string> {
+    const { live } = await this.held(id);
+    if (!live.sandbox.workspaceDir) throw new AppError('not_implemented', 'this runtime has no session files API');
+    return live.sandbox.workspaceDir;
+  }
+}

@@ -1,0 +1,50 @@
+/** Sessions (issue 19): rows, guarded status changes, the live count for admission, pages. */
+import { sql } from 'kysely';
+import type { Insertable, Updateable } from 'kysely';
+import type { SessionRow, SessionsTable } from './database.ts';
+import type { Q } from './executions.repository.ts';
+
+/** Inserts a session. */
+export async function insertSession(db: Q, row: Insertable<SessionsTable>): Promise<SessionRow> {
+  return db.insertInto('sessions').values(row).returningAll().executeTakeFirstOrThrow();
+}
+
+/** One session, or undefined. */
+export async function getSession(db: Q, id: string): Promise<SessionRow | undefined> {
+  if (id.includes('\u0000')) return undefined;
+  return db.selectFrom('sessions').selectAll().where('id', '=', id).executeTakeFirst();
+}
+
+/** Live (not ended) sessions, all processes. */
+export async function liveSessionCount(db: Q): Promise<number> {
+  const r = await db.selectFrom('sessions').select(sql<string>`count(*)`.as('n')).where('status', '<>', 'ended').executeTakeFirstOrThrow();
+  return Number(r.n);
+}
+
+/** Updates a live session; returns the row, or undefined when it had ended (or never existed). */
+export async function updateLiveSession(db: Q, id: string, set: Updateable<SessionsTable>): Promise<SessionRow | undefined> {
+  return db.updateTable('sessions').set(set).where('id', '=', id).where('status', '<>', 'ended').returningAll().executeTakeFirst();
+}
+
+/** Ends a session unless it has ended already; returns the row when this call ended it. */
+export async function endSession(db: Q, id: string, reason: string, now: Date): Promise<SessionRow | undefined> {
+  return updateLiveSession(db, id, { status: 'ended', end_reason: reason, ended_at: now, running_cell_id: null });
+}
+
+/** Live sessions (for the sweep: expiry and dead owners). */
+export async function liveSessions(db: Q): Promise<SessionRow[]> {
+  return db.selectFrom('sessions').selectAll().where('status', '<>', 'ended').execute();
+}
+
+/** Marks this owner's live sessions as alive. */
+export async function heartbeatSessions(db: Q, owner: string, now: Date): Promise<void> {
+  await db.updateTable('sessions').set({ heartbeat_at: now }).where('owner', '=', owner).where('status', '<>', 'ended').execute();
+}
+
+/** Newest first, a page (SPEC §2.8 shape is the caller's). */
+export async function listSessions(db: Q, f: { status?: string | undefined; limit: number; offset: number }): Promise<{ rows: SessionRow[]; hasMore: boolean }> {
+  let q = db.selectFrom('sessions').selectAll();
+  if (f.status) q = q.where('status', '=', f.status);
+  const rows = await q.orderBy('created_at', 'desc').orderBy('id', 'desc').limit(f.limit + 1).offset(f.offset).execute();
+  return { rows: rows.slice(0, f.limit), hasMore: rows.length > f.limit };
+}
