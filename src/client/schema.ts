@@ -1075,7 +1075,7 @@ export interface components {
                 size: number;
                 waiting_sync: number;
             };
-            /** @description Warm sandboxes per job type (local runtime; empty when none are kept): waiting counts, ages of the ready ones, runs that found one (hits) or started cold (misses) */
+            /** @description Warm sandboxes per job type (local runtime; empty when none are kept): waiting counts, ages of the ready ones, runs that found one (hits) or started cold (misses); target follows demand with warm_pool.autoscale; refill_ms is the mean start-to-ready time */
             warm: {
                 hits: number;
                 job_type: string;
@@ -1083,6 +1083,7 @@ export interface components {
                 newest_age_ms: number | null;
                 oldest_age_ms: number | null;
                 ready: number;
+                refill_ms?: number | null;
                 starting: number;
                 target: number;
             }[];
