@@ -59,11 +59,11 @@ it('an async cluster run: request, admission, run with queue wait, Job create, s
   fake.mainRunning(pod);
   fake.setOutput(pod, { phase: 'completed', stdout: 'hi\n', stderr: '', report: { exit_code: 0, timed_out: false, execution_ms: 3 }, files: {} });
   fake.mainTerminated(pod, 0);
-  const rec = (await (await svc.get(`/jobs/${id}/result?wait=true&timeout=20&view=full`)).json()) as J;
+  const rec = (await (await svc.get(`/jobs/${id}/result?wait=true&timeout=60&view=full`)).json()) as J;
   expect(rec.status).toBe('succeeded');
   const traceId = rec.trace_id as string;
   expect(traceId).toMatch(/^[0-9a-f]{32}$/);
-  for (let i = 0; i < 100 && !receiver.trace(traceId).some((s) => s.name === 'sandpod.run'); i++) {
+  for (let i = 0; i < 300 && !receiver.trace(traceId).some((s) => s.name === 'sandpod.run'); i++) {
     await tracing.flush();
     await new Promise((r) => setTimeout(r, 100));
   }
@@ -95,7 +95,7 @@ it('an async cluster run: request, admission, run with queue wait, Job create, s
   const job = fake.get('jobs', 'sandpod-jobs', jobNameFor(id))!;
   const main = (job.spec.template.spec.containers as J[]).find((c) => c.name === 'main')!;
   expect(main.command).toContain(`TRACEPARENT=00-${traceId}-${run.spanId}-01`);
-});
+}, 120_000);
 
 describe('warm pool pod', () => {
   let warmFake: FakeKube;
@@ -124,13 +124,13 @@ describe('warm pool pod', () => {
         const pod = j.metadata.labels?.[POOL_LABELS.pool] === 'default' ? warmFake.podOfJob(j.metadata.name) : undefined;
         return pod?.status?.containerStatuses?.find((c: J) => c.name === 'main')?.state?.running && !pod.metadata.deletionTimestamp;
       });
-    await warmFake.waitFor(ready, 20_000, 'a ready pool pod');
+    await warmFake.waitFor(ready, 60_000, 'a ready pool pod');
     const traceId = 'c0ffee00c0ffee00c0ffee00c0ffee00';
     const res = await warm.post('/execute', { code: 'import os\nprint(os.environ.get("TRACEPARENT", "none"))' }, { traceparent: `00-${traceId}-2222333344445555-01` });
     expect(res.status).toBe(200);
     const body = (await res.json()) as J;
     expect(body.success).toBe(true);
-    for (let i = 0; i < 100 && !receiver.trace(traceId).some((s) => s.name === 'POST /execute'); i++) {
+    for (let i = 0; i < 300 && !receiver.trace(traceId).some((s) => s.name === 'POST /execute'); i++) {
       await tracing.flush();
       await new Promise((r) => setTimeout(r, 100));
     }
@@ -140,5 +140,5 @@ describe('warm pool pod', () => {
     expect(receiver.one(traceId, 'sandpod.sandbox').attributes['sandpod.sandbox.path']).toBe('warm');
     expect(receiver.one(traceId, 'sandpod.kube.attach').attributes['sandpod.kube.path']).toBe('warm');
     expect(String(body.stdout).trim()).toBe(`00-${traceId}-${receiver.one(traceId, 'sandpod.run').spanId}-01`);
-  });
+  }, 120_000);
 });

@@ -35,7 +35,7 @@ afterAll(async () => {
 
 /** Waits until the trace holds a span named `name` (the exporter batches), flushing meanwhile. */
 async function waitForSpan(traceId: string, name: string): Promise<void> {
-  for (let i = 0; i < 100; i++) {
+  for (let i = 0; i < 300; i++) {
     await tracing.flush();
     if (receiver.trace(traceId).some((s) => s.name === name)) return;
     await new Promise((r) => setTimeout(r, 100));
@@ -122,7 +122,7 @@ describe('tracing on, warm sandbox (local runtime)', () => {
 
   it.skipIf(process.getuid?.() !== 0)('a warm hit is a warm sandbox span, and the program gets TRACEPARENT through the go line', async () => {
     // Until the pool has a ready sandbox (it starts with the service).
-    for (let i = 0; i < 600 && !(warm.runtime.warmPoolStats?.() ?? []).some((s) => s.job_type === 'default' && s.ready > 0); i++) await new Promise((r) => setTimeout(r, 100));
+    for (let i = 0; i < 1200 && !(warm.runtime.warmPoolStats?.() ?? []).some((s) => s.job_type === 'default' && s.ready > 0); i++) await new Promise((r) => setTimeout(r, 100));
     const traceId = 'a1b2c3d4e5f60718293a4b5c6d7e8f90';
     const res = await warm.post('/execute', { code: PRINT_TRACEPARENT }, { traceparent: `00-${traceId}-1111222233334444-01` });
     expect(res.status).toBe(200);
@@ -135,7 +135,7 @@ describe('tracing on, warm sandbox (local runtime)', () => {
     expect(receiver.one(traceId, 'sandpod.sandbox').attributes).toMatchObject({ 'sandpod.sandbox.path': 'warm', 'sandpod.sandbox.warm': true });
     expect(body.stdout.trim()).toBe(`00-${traceId}-${receiver.one(traceId, 'sandpod.run').spanId}-01`);
     expect((warm.runtime.warmPoolStats?.() ?? []).find((s) => s.job_type === 'default')?.hits).toBe(1);
-  });
+  }, 150_000);
 });
 
 describe('tracing on, requirements installed at run time', () => {
@@ -162,7 +162,7 @@ describe('tracing on, requirements installed at run time', () => {
     expect(install.endMs).toBeGreaterThan(install.startMs);
     expect(install.startMs).toBeGreaterThanOrEqual(receiver.one(traceId, 'sandpod.sandbox').endMs);
     expect(receiver.one(traceId, 'sandpod.execution').startMs).toBeGreaterThanOrEqual(install.endMs);
-  });
+  }, 180_000);
 });
 
 describe('logs', () => {
