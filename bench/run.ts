@@ -22,9 +22,11 @@
  * 9. 5,000 queued async jobs drained at the worker limit on PostgreSQL with a stand-in runtime, nothing
  *    lost or run twice, GET /executions?limit=100 p99 ≤ 50 ms meanwhile; PostgreSQL statements, rows
  *    and bytes per run (issue 20; bench/queued.ts). BENCH_QUEUED_JOBS sets the count.
+ * 10. Warm sandboxes for real work (issue 18; bench/work.ts, BENCH_ONLY=work): the data type (pandas
+ *    preloaded) cold vs warm hit, requirements and allowed_hosts hits vs the bare floor, per engine.
  *
  * Env: BENCH_RUNS (default 200), BENCH_ENGINES (default: every usable one), BENCH_SECONDS (acceptance
- * load duration, default 5), BENCH_ONLY (comma list of sync,accept,throughput,kubernetes,history,cluster,warm,inflight,queued), BENCH_HISTORY_ROWS.
+ * load duration, default 5), BENCH_ONLY (comma list of sync,accept,throughput,kubernetes,history,cluster,warm,inflight,queued,work), BENCH_HISTORY_ROWS.
  */
 import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -45,7 +47,7 @@ import { ms, quantile } from './stats.ts';
 const RUNS = Number(process.env.BENCH_RUNS ?? 200);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 const WRK = which('wrk');
-const ONLY = new Set((process.env.BENCH_ONLY ?? 'sync,accept,throughput,kubernetes,history,cluster,warm,inflight,queued').split(','));
+const ONLY = new Set((process.env.BENCH_ONLY ?? 'sync,accept,throughput,kubernetes,history,cluster,warm,inflight,queued,work').split(','));
 const lines: string[] = [];
 const say = (s = '') => {
   lines.push(s);
@@ -405,6 +407,7 @@ async function main(): Promise<void> {
     say('## 9. Queued async jobs drained at the worker limit (PostgreSQL)');
     await (await import('./queued.ts')).benchQueued({ jobs: Number(process.env.BENCH_QUEUED_JOBS ?? 5000), say });
   }
+  if (ONLY.has('work')) await (await import('./work.ts')).benchWork({ engines, runs: RUNS, say });
   mkdirSync('.bench', { recursive: true });
   writeFileSync('.bench/report.md', `${lines.join('\n')}\n`);
   console.log('report written to .bench/report.md');

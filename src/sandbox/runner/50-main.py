@@ -62,6 +62,9 @@ def main():
     # --wait: the program's process is forked before `ready` and held at this gate until the go
     # line, so the fork is not part of the run.
     gate_r, gate_w = os.pipe2(os.O_CLOEXEC) if a.wait else (-1, -1)
+    # --preload: the held child says when its imports are done; `ready` waits for that, so a claim
+    # never waits for them.
+    held_r, held_w = os.pipe2(os.O_CLOEXEC) if a.preload else (-1, -1)
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.set_wakeup_fd(wake_w)
@@ -104,11 +107,16 @@ def main():
         set_dumpable(True)
         if a.wait:
             os.close(gate_w)
+            if held_r >= 0:
+                os.close(held_r)
             if a.preload:
                 preload(a.preload, log_fd)
                 os.close(log_fd)
             if a.warm_up:
                 warm_up()
+            if held_w >= 0:
+                os.write(held_w, b'h')
+                os.close(held_w)
             # EOF: the runner ended without a go line (a retired sandbox); nothing runs. The go byte
             # may be followed by the go line's environment, KEY=VALUE lines (one write, one read).
             go = os.read(gate_r, 4096)
@@ -135,6 +143,16 @@ def main():
     os.close(info_w)
     if a.wait:
         os.close(gate_r)
+        if held_r >= 0:
+            os.close(held_w)
+            # A byte when the imports are done; EOF if the child died first (the run then shows it).
+            while True:
+                try:
+                    os.read(held_r, 1)
+                    break
+                except InterruptedError:
+                    continue
+            os.close(held_r)
         wait_for_go(a, accept_go(a, go_listener) if go_listener is not None else 0)
         t0 = time.monotonic()
         go_env = b''.join(('%s=%s\n' % kv).encode('utf-8', 'surrogateescape') for kv in a.go_env.items())

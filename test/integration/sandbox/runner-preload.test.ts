@@ -5,7 +5,7 @@
  * `--wait` with `--egress-proxy` (the relay starts at the go).
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { RUNNER_PATH } from '../../../src/sandbox/paths.ts';
@@ -14,7 +14,7 @@ const PY = '/usr/bin/python3';
 const CLEAN = { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: '/tmp', TMPDIR: '/tmp', LANG: 'C.UTF-8' };
 
 /** Starts a `--wait` runner with `args`, writes `code` once it is ready, sends `goLine`; its result. */
-async function waitRun(code: string, args: string[], goLine = '{}') {
+async function waitRun(code: string, args: string[], goLine = '{}', onReady?: () => void) {
   mkdirSync('/tmp/sandpod-test', { recursive: true });
   const dir = mkdtempSync(path.join('/tmp/sandpod-test', 'runner-preload-'));
   mkdirSync(path.join(dir, 'out'));
@@ -26,6 +26,7 @@ async function waitRun(code: string, args: string[], goLine = '{}') {
   child.stderr.on('data', (b: Buffer) => (err += b.toString()));
   const exited = new Promise<number | null>((r) => child.on('close', (c) => r(c)));
   for (let i = 0; i < 1200 && !out.includes('ready\n') && child.exitCode === null; i++) await new Promise((r) => setTimeout(r, 25));
+  onReady?.();
   // The program exists only after ready, as a warm sandbox's host writes it at claim.
   writeFileSync(main, code);
   child.stdin.end(`${goLine}\n`);
@@ -64,8 +65,22 @@ for name in ('bad', 'nosuchmod'):
     expect(r.err).toContain("sandpod runner: preload of nosuchmod failed, skipped: ModuleNotFoundError: No module named 'nosuchmod'");
   });
 
+  it('says ready only once the preload is done, so a claim never waits for the imports', async () => {
+    mkdirSync('/tmp/sandpod-test', { recursive: true });
+    const lib = mkdtempSync(path.join('/tmp/sandpod-test', 'preload-slow-'));
+    const mark = path.join(lib, 'imported');
+    writeFileSync(path.join(lib, 'slow.py'), `import time\ntime.sleep(1.5)\nopen(${JSON.stringify(mark)}, 'w').write('x')\n`);
+    let atReady: boolean | null = null;
+    const r = await waitRun('print(1)\n', ['--preload', 'slow', '--python-path', lib], '{}', () => {
+      atReady = existsSync(mark);
+    });
+    expect(r.status).toBe(0);
+    expect(atReady).toBe(true);
+  });
+
   it('the program holds no more fds with --preload than without (the runner’s log fd is closed)', async () => {
-    const code = 'import os\nprint(sorted(int(f) for f in os.listdir("/proc/self/fd")))\n';
+    // The highest is the directory listdir reads (its number depends on what was closed before).
+    const code = 'import os\nprint(sorted(int(f) for f in os.listdir("/proc/self/fd"))[:-1])\n';
     const r = await waitRun(code, ['--preload', 'json']);
     expect(r.status).toBe(0);
     expect(r.stdout()).toBe((await waitRun(code, [])).stdout());
