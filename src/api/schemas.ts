@@ -218,7 +218,7 @@ export function requestSchemas(config: Config) {
     v.metadata({ ref: 'SessionRequest', description: 'A new session (issue 19).' }),
   );
   const cell = v.pipe(
-    v.object({ code, input_data: inputData, timeout }, 'request body must be a JSON object with a code field'),
+    v.object({ code, input_data: inputData, timeout, callback_url: callbackUrl }, 'request body must be a JSON object with a code field'),
     v.metadata({ ref: 'CellRequest', 'x-max-bytes': config.max_body_bytes, description: "One cell, run in the session's interpreter; /input/data.json holds its input_data." }),
   );
   return { sync, async: asyncBody, fork, rerun, session, cell };

@@ -583,6 +583,7 @@ export interface components {
         };
         /** @description One cell, run in the session's interpreter; /input/data.json holds its input_data. */
         CellRequest: {
+            callback_url?: string | null;
             /**
              * @description Python source run as /code/main.py. Not blank, no NUL, at most 102400 bytes of UTF-8 (max_code_bytes).
              * @example print(1)

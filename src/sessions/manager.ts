@@ -49,6 +49,8 @@ export interface CellRequest {
   code: string;
   input_data: Record<string, unknown>;
   timeout?: number | undefined;
+  /** The cell's completion webhook (issue 21); absent: the job type's or the configured default; null: none. */
+  callback_url?: string | null | undefined;
 }
 
 interface Live {
@@ -171,7 +173,7 @@ export class SessionManager {
     const { config, registry, executions, db } = this.o;
     const cellNo = live.cells + 1;
     const timeout = req.timeout ?? row.cell_timeout_s;
-    const built = buildRow(config, registry, { code: req.code, input_data: req.input_data, timeout, job_type: row.job_type, requirements: [] }, {
+    const built = buildRow(config, registry, { code: req.code, input_data: req.input_data, timeout, job_type: row.job_type, requirements: [], callback_url: req.callback_url }, {
       mode: 'sync',
       status: 'running',
       meta,

@@ -107,6 +107,26 @@ describe('webhooks end to end (delivery loop running)', () => {
     expect(((await (await svc.get(`/jobs/${rerunNone.job_id}/deliveries`)).json()) as J).deliveries).toEqual([]);
   }, 90_000);
 
+  it.skipIf(process.getuid?.() !== 0)('a session\'s cells call back: their own callback_url, else the session\'s job type default', async () => {
+    const created = await svc.post('/sessions', { job_type: 'hooked' });
+    expect(created.status).toBe(201);
+    const sid = ((await created.json()) as J).session_id as string;
+    try {
+      const a = (await (await svc.post(`/sessions/${sid}/execute`, { code: 'x = 41', callback_url: `${receiver.url}/cell` })).json()) as J;
+      const b = (await (await svc.post(`/sessions/${sid}/execute`, { code: 'print(x + 1)' })).json()) as J;
+      const wa = await byJob(a.execution_id);
+      const wb = await byJob(b.execution_id);
+      expect(wa.payload.data).toMatchObject({ status: 'succeeded', job_type: 'hooked' });
+      expect(wb.payload.data).toMatchObject({ status: 'succeeded', stdout: '42\n' });
+      expect(((await (await svc.get(`/jobs/${a.execution_id}?view=full`)).json()) as J).callback_url).toBe(`${receiver.url}/cell`);
+      expect(((await (await svc.get(`/jobs/${b.execution_id}?view=full`)).json()) as J).callback_url).toBe(`${receiver.url}/by-type`);
+      const bad = await svc.post(`/sessions/${sid}/execute`, { code: 'print(1)', callback_url: 'http://169.254.169.254/' });
+      expect(bad.status).toBe(400);
+    } finally {
+      await svc.app.request(`/sessions/${sid}`, { method: 'DELETE' });
+    }
+  }, 90_000);
+
   it('a cancelled job calls back too (the trigger sees every path that ends a record)', async () => {
     const sub = (await (await svc.post('/execute/async', { code: 'import time\ntime.sleep(60)', callback_url: `${receiver.url}/cancel` })).json()) as J;
     await until('the job to start', async () => (((await (await svc.get(`/jobs/${sub.job_id}`)).json()) as J).status === 'running' ? true : undefined));
