@@ -12,6 +12,7 @@ import { httpMetrics } from './middleware/http-metrics.ts';
 import { requestContext } from './middleware/request-context.ts';
 import { requestTracing } from './middleware/tracing.ts';
 import { sessionRoutes } from './routes/sessions.ts';
+import { sessionFileRoutes } from './routes/session-files.ts';
 import { dlqRoutes } from './routes/dlq.ts';
 import { eventRoutes } from './routes/events.ts';
 import { executeRoutes } from './routes/execute.ts';
@@ -53,6 +54,7 @@ export function createApp(deps: AppDeps): Hono<AppEnv> {
   app.route('/', healthRoutes(deps));
   app.route('/', dlqRoutes(deps));
   app.route('/', sessionRoutes(deps));
+  app.route('/', sessionFileRoutes(deps));
   app.route('/', poolRoutes(deps));
   app.route('/', metricsRoutes(deps));
   app.route('/', openapiRoutes(deps, () => app));

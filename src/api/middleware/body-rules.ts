@@ -38,6 +38,9 @@ export function jsonBodiesOnly(): MiddlewareHandler<AppEnv> {
     const m = c.req.method;
     if (m !== 'GET' && m !== 'HEAD' && hasBody(c)) {
       const type = requestHeader(c, 'content-type');
+      // A session file's bytes (PUT /sessions/{id}/files/{name}, issue 19): raw, as octet-stream only,
+      // a type no browser sends cross-site without asking first (like JSON).
+      if (m === 'PUT' && /^application\/octet-stream\s*(;|$)/i.test(type?.trim() ?? '') && c.req.path.includes('/files/')) return next();
       if (!isJsonType(type)) throw new AppError('unsupported_media_type', `Content-Type must be application/json, got '${(type ?? '(none)').slice(0, 100)}'`);
     }
     return next();
