@@ -396,7 +396,9 @@ print('self', open('/proc/self/environ','rb').read().decode().split('\\0'))
     const r = await run('import os\nos.fork()\nwhile True:\n    pass\n', { timeoutSec: 1 });
     expect(r.observation.timedOut).toBe('execution');
     expect(r.observation.phase).toBe('execution');
-    expect(r.observation.executionMs).toBeGreaterThanOrEqual(950);
+    // The runner's deadline counts from the go; the runtime's execution time from when it read the
+    // marker, which a loaded machine (the program's two spinning processes, other work) may delay.
+    expect(r.observation.executionMs).toBeGreaterThanOrEqual(500);
     expect(Date.now() - t0).toBeLessThan(8000);
     await healthy();
   });
