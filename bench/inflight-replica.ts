@@ -15,7 +15,9 @@ import type { RunSpec } from '../src/runtime/runtime.ts';
 
 type Msg = { op: 'level'; n: number; tag: string } | { op: 'sample' } | { op: 'stop' };
 
-const send = (m: object) => process.send!(m);
+const send = (m: object) => {
+  if (process.connected) process.send!(m);
+};
 const gc = (globalThis as { gc?: () => void }).gc ?? (() => undefined);
 const now = () => performance.timeOrigin + performance.now();
 

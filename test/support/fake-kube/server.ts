@@ -1016,7 +1016,8 @@ export class FakeKube {
     this.armWatchTimeout(w);
     const bookmark = w.bookmarks
       ? setInterval(() => {
-          if (w.stalled) return;
+          // The watch may have ended (its timeout) before 'close' cleared this timer.
+          if (w.stalled || res.writableEnded) return;
           res.write(JSON.stringify({ type: 'BOOKMARK', object: { kind: KIND_META[kind].kind, apiVersion: KIND_META[kind].apiVersion, metadata: { resourceVersion: String(this.rv) } } }) + '\n');
         }, 1000)
       : null;

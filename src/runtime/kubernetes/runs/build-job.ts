@@ -80,6 +80,18 @@ const DEPS_EPHEMERAL_STORAGE = 1024 ** 3;
 const MIN_MAIN_EPHEMERAL_STORAGE = 256 * 1024 ** 2;
 const ENV_NAME_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
+let lastRunner: { source: string; base64: string } | null = null;
+
+/**
+ * The runner (about 50 KB) in base64, encoded once and shared: a run's Secret lives as long as the
+ * run is awaited, and a fresh 67 KB copy in each was most of what a run in flight cost a replica
+ * (issue 20, bench/inflight.ts).
+ */
+function runnerBase64(source: string): string {
+  if (lastRunner?.source !== source) lastRunner = { source, base64: Buffer.from(source, 'utf8').toString('base64') };
+  return lastRunner.base64;
+}
+
 /** A service-style size (`512m` = 512 MiB) as a Kubernetes quantity (`512Mi`). */
 export function toQuantity(size: string | number): string {
   const bytes = typeof size === 'number' ? size : parseMemory(size);
@@ -361,7 +373,7 @@ export function buildJob(spec: RunSpec, jobType: JobType, config: BuildJobConfig
     data: {
       [SECRET_KEYS.code]: Buffer.from(spec.code, 'utf8').toString('base64'),
       [SECRET_KEYS.input]: Buffer.from(spec.inputJson, 'utf8').toString('base64'),
-      [SECRET_KEYS.runner]: Buffer.from(opts.runnerSource, 'utf8').toString('base64'),
+      [SECRET_KEYS.runner]: runnerBase64(opts.runnerSource),
       ...Object.fromEntries(inputFiles.map((f, i) => [inputFileKey(i), f.data.toString('base64')])),
     },
   };
