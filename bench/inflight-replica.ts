@@ -73,7 +73,14 @@ process.on('message', (m: Msg) => {
   }
   eld.reset();
   eld.enable();
+  const cpu0 = process.cpuUsage();
   left = m.n;
+  const levelDone = () => {
+    if (--left > 0) return;
+    eld.disable();
+    const cpu = process.cpuUsage(cpu0);
+    send({ op: 'level-done', eldP99Ms: eld.percentile(99) / 1e6, eldMaxMs: eld.max / 1e6, cpuMs: (cpu.user + cpu.system) / 1000 });
+  };
   for (let i = 0; i < m.n; i++) {
     const s: RunSpec = {
       executionId: `${m.tag}-${i.toString().padStart(5, '0')}`,
@@ -88,13 +95,15 @@ process.on('message', (m: Msg) => {
     };
     rt.run(s, { onPhase: (p) => p === 'execution' && send({ op: 'execution', id: s.executionId }) }).then(
       (raw) => {
-        send({ op: 'resolved', id: s.executionId, at: now(), ok: raw.observation.exitCode === 0 });
-        if (--left === 0) {
-          eld.disable();
-          send({ op: 'level-done', eldP99Ms: eld.percentile(99) / 1e6, eldMaxMs: eld.max / 1e6 });
-        }
+        const o = raw.observation;
+        if (o.exitCode === 0) send({ op: 'resolved', id: s.executionId, at: now(), ok: true });
+        else send({ op: 'failed', id: s.executionId, error: `exit ${o.exitCode}, ${o.infraError ? `${o.infraError.type}: ${o.infraError.message}` : o.timedOut ?? ''}` });
+        levelDone();
       },
-      (err: Error) => send({ op: 'failed', id: s.executionId, error: err.message }),
+      (err: Error) => {
+        send({ op: 'failed', id: s.executionId, error: err.message });
+        levelDone();
+      },
     );
   }
 });

@@ -162,15 +162,12 @@ async function perRunLoad(db: TestDatabase, say: (s: string) => void): Promise<v
     await c.end();
     return Number(r.rows[0]!.n);
   };
-  let fake!: ReturnType<typeof standIn>;
-  const svc = await createService(config(db, {}), { logger: silentLogger, runtime: async (real) => (fake = standIn(await real())).runtime });
-  await svc.start();
-  await new Promise((r) => setTimeout(r, 500));
-  const before = await size();
+  // Patched before the service connects: the pool's clients wrap their query method when they connect
+  // (prepared.ts), so a later patch of the prototype would not see their statements.
   const proto = pg.Client.prototype as unknown as { query: (...a: unknown[]) => unknown };
   const original = proto.query;
-  const counts = { submit: { statements: 0, rows: 0 }, run: { statements: 0, rows: 0 } };
-  let phase: 'submit' | 'run' = 'submit';
+  const counts = { idle: { statements: 0, rows: 0 }, submit: { statements: 0, rows: 0 }, run: { statements: 0, rows: 0 } };
+  let phase: keyof typeof counts = 'idle';
   proto.query = function (this: unknown, ...a: unknown[]) {
     const p = counts[phase];
     p.statements++;
@@ -185,9 +182,15 @@ async function perRunLoad(db: TestDatabase, say: (s: string) => void): Promise<v
     }
     return out;
   };
+  let fake!: ReturnType<typeof standIn>;
+  const svc = await createService(config(db, {}), { logger: silentLogger, runtime: async (real) => (fake = standIn(await real())).runtime });
+  await svc.start();
+  await new Promise((r) => setTimeout(r, 500));
+  const before = await size();
   let after = before;
   try {
-    // Idle dispatch polls and wake-ups are counted too, as they are part of what a replica sends.
+    // Idle dispatch polls and wake-ups during the measure are counted too: a replica sends them.
+    phase = 'submit';
     const ids = await submit(svc.app, PER_RUN_JOBS);
     phase = 'run';
     for (const id of ids) {
@@ -203,7 +206,7 @@ async function perRunLoad(db: TestDatabase, say: (s: string) => void): Promise<v
   say('');
   say('| part | statements / run | rows returned or changed / run |');
   say('|---|---|---|');
-  for (const [k, v] of Object.entries(counts)) say(`| ${k === 'submit' ? 'submission (POST /execute/async)' : 'claim, run, finalize, result read'} | ${(v.statements / PER_RUN_JOBS).toFixed(1)} | ${(v.rows / PER_RUN_JOBS).toFixed(1)} |`);
+  for (const [k, v] of Object.entries(counts)) if (k !== 'idle') say(`| ${k === 'submit' ? 'submission (POST /execute/async)' : 'claim, run, finalize, result read'} | ${(v.statements / PER_RUN_JOBS).toFixed(1)} | ${(v.rows / PER_RUN_JOBS).toFixed(1)} |`);
   say('');
   say(`Database growth: ${((after - before) / PER_RUN_JOBS / 1024).toFixed(1)} KB per run (pg_database_size after VACUUM, indexes included).`);
   say('');
