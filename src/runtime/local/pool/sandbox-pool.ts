@@ -11,7 +11,7 @@
  * program exists. So the program sees what a cold run's program sees: the same mounts, limits,
  * environment, fds and PID 1.
  *
- * A claim takes the oldest ready sandbox of the run's key (job type digest and interpreter): the host
+ * A claim takes the oldest ready sandbox of the run's key (job type shape, interpreter and environment: warm-env.ts): the host
  * writes `code/main.py` and `input/data.json` into the bind-mounted directories (bind mounts show host
  * writes; gVisor's default `--file-access-mounts=shared` revalidates), then the go line (timeout and
  * stream cap) goes down the pipe. The runner then runs the program exactly as a cold one, writes
