@@ -107,4 +107,6 @@ process.on('message', (m: Msg) => {
     );
   }
 });
+// The driver died: end too, rather than hold its runs forever.
+process.on('disconnect', () => process.exit(1));
 send({ op: 'ready' });
