@@ -91,6 +91,10 @@ CLI
                             streams. A module that fails to import is logged there (`sandpod runner:
                             preload of M failed, skipped: ...`) and skipped, with whatever it imported
                             dropped from sys.modules, so the program then gets the real error.
+    --ready-file PATH       with --wait: the held program process creates PATH (empty) once it waits at the
+                            gate, after --preload and --warm-up (so the go port is held and the imports
+                            are done). Kubernetes pool pods are ready only once it exists (a startup
+                            probe tests it).
     --prompt-exit           the host measures the run's resources itself (the local runtime's cgroups),
                             so the runner need not wait for the kernel to tear the program's process
                             down (about half a millisecond for a forked interpreter) to learn its exit

@@ -16,6 +16,7 @@ class Args:
     prompt_exit = False
     warm_up = False
     go_port = None
+    ready_file = None
     session = False
 
     def __init__(self):
@@ -37,7 +38,7 @@ def parse_args(argv):
     i = 0
     valued = {'--code', '--input', '--output', '--timeout', '--max-stream-bytes', '--phase-fd', '--env',
               '--python-path', '--rlimit', '--cwd', '--tmp', '--egress-proxy', '--go-port',
-              '--preload'}
+              '--preload', '--ready-file'}
     while i < len(argv):
         opt = argv[i]
         val = None
@@ -96,6 +97,8 @@ def parse_args(argv):
                 a.go_port = int(val)
             elif opt == '--preload':
                 a.preload.extend(m for m in val.split(',') if m)
+            elif opt == '--ready-file':
+                a.ready_file = val
             elif opt == '--reexeced':
                 a.reexeced = True
             else:

@@ -114,6 +114,10 @@ def main():
                 os.close(log_fd)
             if a.warm_up:
                 warm_up()
+            # --ready-file: the port is held and the preloads are done; the pod may count as ready
+            # (a Kubernetes startup probe tests the file).
+            if a.ready_file:
+                write_file(a.ready_file, b'')
             if held_w >= 0:
                 os.write(held_w, b'h')
                 os.close(held_w)

@@ -63,6 +63,18 @@ export interface PoolJobOptions {
 /** The loopback port `main`'s runner takes the go line on from the collector (runner.py `--go-port`). */
 export const GO_PORT = 7719;
 
+/**
+ * Where `main`'s runner says it is ready (runner `--ready-file`): its go port held and its preloads
+ * imported. Until the startup probe has seen it, the kubelet reports `main` not ready and the pod is
+ * no claim candidate: a pod counted ready when its container merely ran could be handed a program
+ * before its runner listened (the hand-over then waited for the interpreter's start, seconds under
+ * gVisor), and a preloading pod would make the program wait for its imports.
+ */
+export const READY_FILE = '/tmp/.sandpod-ready';
+
+/** `main`'s startup probe on pool pods: the ready file, tested every second for up to 10 minutes. */
+const READY_PROBE = { exec: { command: ['/bin/sh', '-c', `test -e ${READY_FILE}`] }, periodSeconds: 1, timeoutSeconds: 5, failureThreshold: 600 };
+
 /** Option names of the runner whose value the go line supplies (dropped from a pool pod's command). */
 const PER_RUN_OPTIONS = new Set(['--timeout', '--max-stream-bytes']);
 
@@ -104,7 +116,7 @@ function buildPoolJobBody(jobType: JobType, config: BuildJobConfig, opts: PoolJo
   // The type's `preload` modules are imported by the held program process before the go line (a
   // module that fails there is skipped; the program then gets the real error).
   const preload = jobType.preload.length > 0 ? ['--preload', jobType.preload.join(',')] : [];
-  const command = [...head, '-c', opts.runnerSource, ...args, '--wait', '--go-port', String(GO_PORT), ...preload];
+  const command = [...head, '-c', opts.runnerSource, ...args, '--wait', '--go-port', String(GO_PORT), ...preload, '--ready-file', READY_FILE];
   // main keeps the run Job's mounts (code and input read-only), minus the runner's Secret.
   const mounts = (main.volumeMounts ?? []).filter((m) => m.name !== 'runner');
   const collectorMounts = [...(collector.volumeMounts ?? []), { name: 'code', mountPath: '/code' }, { name: 'input', mountPath: '/input' }];
@@ -130,7 +142,7 @@ function buildPoolJobBody(jobType: JobType, config: BuildJobConfig, opts: PoolJo
     .filter((v) => v.name !== 'runner')
     .map((v) => (v.name === 'code' || v.name === 'input' ? { name: v.name, emptyDir: { sizeLimit: DELIVERY_VOLUME_LIMIT } } : v));
   const containers = podSpec.containers.map((c) => {
-    if (c.name === CONTAINERS.main) return { ...main, command, volumeMounts: mounts };
+    if (c.name === CONTAINERS.main) return { ...main, command, volumeMounts: mounts, startupProbe: READY_PROBE };
     if (c.name === CONTAINERS.collector) return { ...collector, command: collectorCommand, volumeMounts: collectorMounts, stdin: true, stdinOnce: true };
     return c;
   });
@@ -209,7 +221,12 @@ export function coldAttachJob(spec: RunSpec, config: BuildJobConfig, opts: Omit<
     spec: {
       ...job.spec!,
       activeDeadlineSeconds: jobDeadlineSeconds(spec, opts.graceSec),
-      template: { ...job.spec!.template, metadata: { labels: { ...labels }, annotations: { ...annotations } } },
+      template: {
+        ...job.spec!.template,
+        metadata: { labels: { ...labels }, annotations: { ...annotations } },
+        // Its program comes as soon as the collector runs: no readiness to wait for.
+        spec: { ...job.spec!.template.spec!, containers: job.spec!.template.spec!.containers.map(({ startupProbe: _probe, ...c }) => c) },
+      },
     },
   };
 }
@@ -296,7 +313,8 @@ export function memberOf(job: V1Job, pod: V1Pod | undefined): PoolMember | null 
     jobType,
     specHash: labels[POOL_LABELS.specHash] ?? '',
     createdAt: toMs(job.metadata.creationTimestamp) ?? 0,
-    ready: !!pod && !deleting && !podEnded && stuck === undefined && !!cs(CONTAINERS.main)?.state?.running && !!cs(CONTAINERS.collector)?.state?.running,
+    // `ready` of main: false until its startup probe saw the runner's ready file.
+    ready: !!pod && !deleting && !podEnded && stuck === undefined && !!cs(CONTAINERS.main)?.state?.running && cs(CONTAINERS.main)?.ready !== false && !!cs(CONTAINERS.collector)?.state?.running,
     claimed: !!labels[LABELS.executionId],
     deleting,
     failed,

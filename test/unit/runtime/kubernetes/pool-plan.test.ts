@@ -1,7 +1,7 @@
 /** The warm pool's pure decisions (pool-plan.ts), as tables with an explicit clock. */
 import { describe, expect, it } from 'vitest';
 import type { V1Job } from '@kubernetes/client-node';
-import { GO_PORT, poolable, claimOrder, claimedJob, coldAttachJob, memberOf, planPool, poolBackoffMs, poolJob, type PoolMember } from '../../../../src/runtime/kubernetes/pool/pool-plan.ts';
+import { GO_PORT, READY_FILE, poolable, claimOrder, claimedJob, coldAttachJob, memberOf, planPool, poolBackoffMs, poolJob, type PoolMember } from '../../../../src/runtime/kubernetes/pool/pool-plan.ts';
 import { afterHandOverFailure, decide, newRunState } from '../../../../src/runtime/kubernetes/runs/decide.ts';
 import { BUILT_SITE_DIR, buildJob } from '../../../../src/runtime/kubernetes/runs/build-job.ts';
 import { jobType, testConfig } from '../../../support/kube-runtime.ts';
@@ -65,6 +65,7 @@ describe('memberOf', () => {
     ({ metadata: { name: 'p' }, status: { phase: 'Pending', initContainerStatuses: init, containerStatuses: [{ name: 'main', state: main }, { name: 'collector', state: collector }] } }) as never;
   it.each([
     ['main and collector running: ready', pod({ running: {} }), { ready: true, failed: false }],
+    ['main running, its startup probe not passed yet (the runner has no ready file): starting', { metadata: { name: 'p' }, status: { phase: 'Running', containerStatuses: [{ name: 'main', ready: false, started: false, state: { running: {} } }, { name: 'collector', ready: true, state: { running: {} } }] } } as never, { ready: false, failed: false }],
     ['still creating: starting, not failed', pod({ waiting: { reason: 'ContainerCreating' } }, { waiting: { reason: 'ContainerCreating' } }), { ready: false, failed: false }],
     ['ImagePullBackOff on main: failed at once, with why', pod({ waiting: { reason: 'ImagePullBackOff', message: 'Back-off pulling image "x"' } }), { ready: false, failed: true, failedWhy: 'main: ImagePullBackOff: Back-off pulling image "x"' }],
     ['ErrImagePull on the collector only: failed', pod({ running: {} }, { waiting: { reason: 'ErrImagePull' } }), { ready: false, failed: true, failedWhy: 'collector: ErrImagePull:' }],
@@ -164,6 +165,9 @@ describe('pool Job and claim', () => {
     expect(job.spec!.template.metadata!.labels!['sandpod.io/egress']).toBe(egress);
     expect(main.command!.some((a) => /PROXY=/i.test(a))).toBe(proxyEnv);
     if (t.build) expect(main.command!.slice(main.command!.indexOf('--python-path'), main.command!.indexOf('--python-path') + 2)).toEqual(['--python-path', BUILT_SITE_DIR]);
+    // Ready only once the runner says so: its go port held, its preloads imported.
+    expect(main.command!.slice(main.command!.indexOf('--ready-file'), main.command!.indexOf('--ready-file') + 2)).toEqual(['--ready-file', READY_FILE]);
+    expect(main.startupProbe?.exec?.command).toEqual(['/bin/sh', '-c', `test -e ${READY_FILE}`]);
     const at = main.command!.indexOf('--preload');
     expect(at < 0 ? undefined : main.command![at + 1]).toBe(preload);
   });
@@ -177,6 +181,8 @@ describe('pool Job and claim', () => {
     expect(warm).toEqual(cold);
     expect(attach).toEqual(cold);
     expect(cold.filter((m) => m.readOnly).map((m) => m.mountPath)).toEqual(expect.arrayContaining(['/code', '/input']));
+    // A cold attach pod's program comes as soon as its collector runs: no startup probe to pass.
+    expect(mainOf(coldAttachJob(run, cfg, { runtimeClassName: 'gvisor', runnerSource: 'R', deliverSource: 'D', name: 'sp-e-1', graceSec: 5 })).startupProbe).toBeUndefined();
   });
 
   it('a claim labels the Job, keeps its resourceVersion and sets a deadline counted from now', () => {
