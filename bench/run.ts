@@ -25,8 +25,11 @@
  * 10. Warm sandboxes for real work (issue 18; bench/work.ts, BENCH_ONLY=work): the data type (pandas
  *    preloaded) cold vs warm hit, requirements and allowed_hosts hits vs the bare floor, per engine.
  *
+ * 11. Replicas (bench/replicas.ts; only with the e2e variables): time to first output through three API
+ *     replicas on a real cluster, sequential, staggered and burst (issue 20: burst p50 ≤ 1.5 × sequential p50).
+ *
  * Env: BENCH_RUNS (default 200), BENCH_ENGINES (default: every usable one), BENCH_SECONDS (acceptance
- * load duration, default 5), BENCH_ONLY (comma list of sync,accept,throughput,kubernetes,history,cluster,warm,inflight,queued,work), BENCH_HISTORY_ROWS.
+ * load duration, default 5), BENCH_ONLY (comma list of sync,accept,throughput,kubernetes,history,cluster,warm,inflight,queued,work,replicas), BENCH_HISTORY_ROWS.
  */
 import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -47,7 +50,7 @@ import { ms, quantile } from './stats.ts';
 const RUNS = Number(process.env.BENCH_RUNS ?? 200);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 const WRK = which('wrk');
-const ONLY = new Set((process.env.BENCH_ONLY ?? 'sync,accept,throughput,kubernetes,history,cluster,warm,inflight,queued,work').split(','));
+const ONLY = new Set((process.env.BENCH_ONLY ?? 'sync,accept,throughput,kubernetes,history,cluster,warm,inflight,queued,work,replicas').split(','));
 const lines: string[] = [];
 const say = (s = '') => {
   lines.push(s);
@@ -397,6 +400,7 @@ async function main(): Promise<void> {
   if (ONLY.has('kubernetes')) await kubernetes();
   if (ONLY.has('history')) await history();
   if (ONLY.has('cluster')) await (await import('./cluster.ts')).benchCluster({ runs: Math.min(RUNS, 20), say });
+  if (ONLY.has('replicas')) await (await import('./replicas.ts')).benchReplicas(say);
   if (ONLY.has('warm')) await warmSandboxes(engines);
   if (ONLY.has('inflight')) {
     say('## 8. Runs in flight per replica (against the in-repo fake API server)');

@@ -19,143 +19,42 @@
  */
 import { randomUUID } from 'node:crypto';
 import { readdirSync } from 'node:fs';
-import { AppsV1Api, BatchV1Api, CoreV1Api, KubeConfig, KubernetesObjectApi, RbacAuthorizationV1Api, VersionApi, type KubernetesObject } from '@kubernetes/client-node';
-import pg from 'pg';
+import { AppsV1Api, CoreV1Api, KubeConfig, KubernetesObjectApi, RbacAuthorizationV1Api, VersionApi, type KubernetesObject } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { render, prepareRenderer, TOOL_BUILD_TIMEOUT_MS, type Manifest } from '../support/chart.ts';
+import { E2E, E2ERelease, imageValues, RELEASE_READY, sleep } from '../support/e2e-release.ts';
 import { applyObjects, manifestObjects } from '../support/kube-apply.ts';
 
-const KUBECONFIG = process.env.SANDPOD_E2E_KUBECONFIG;
-const SERVICE_IMAGE = process.env.SANDPOD_E2E_SERVICE_IMAGE;
-const EXECUTOR_IMAGE = process.env.SANDPOD_E2E_IMAGE;
-const DB_URL = process.env.SANDPOD_E2E_DATABASE_URL;
-const DB_ADMIN_URL = process.env.SANDPOD_E2E_DATABASE_ADMIN_URL;
-const READY = !!(KUBECONFIG && SERVICE_IMAGE && EXECUTOR_IMAGE && DB_URL && DB_ADMIN_URL);
-
-const suffix = randomUUID().slice(0, 6);
-const RELEASE = `spc-${suffix}`;
-const NS = `sandpod-chart-${suffix}`;
-const RUNS_NS = `${NS}-jobs`;
-const DB_NAME = `sandpod_chart_${suffix}`;
+const KUBECONFIG = E2E.kubeconfig;
+const SERVICE_IMAGE = E2E.serviceImage;
+const EXECUTOR_IMAGE = E2E.executorImage;
+const READY = RELEASE_READY;
 
 type J = Record<string, any>;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-/**
- * `repo@sha256:…` or `repo:tag` as the chart's image values. A tag gets pullPolicy IfNotPresent: the
- * chart pulls tags Always, and an image imported into the node (`kcluster image`) is in no registry.
- */
-function imageValues(prefix: string, ref: string): string[] {
-  const at = ref.indexOf('@');
-  if (at > 0) return ['--set', `${prefix}.repository=${ref.slice(0, at)}`, '--set', `${prefix}.digest=${ref.slice(at + 1)}`];
-  const colon = ref.lastIndexOf(':');
-  return ['--set', `${prefix}.repository=${ref.slice(0, colon)}`, '--set-string', `${prefix}.tag=${ref.slice(colon + 1)}`, '--set', `${prefix}.pullPolicy=IfNotPresent`];
-}
 
 describe.skipIf(!READY)('the chart on a real cluster (needs SANDPOD_E2E_KUBECONFIG, _SERVICE_IMAGE, _IMAGE, _DATABASE_URL, _DATABASE_ADMIN_URL)', () => {
+  const rel = READY ? new E2ERelease('spc') : (null as unknown as E2ERelease);
+  const RELEASE = rel?.release ?? '';
+  const NS = rel?.ns ?? '';
+  const RUNS_NS = rel?.runsNs ?? '';
   let kc: KubeConfig;
   let core: CoreV1Api;
   let apps: AppsV1Api;
-  let batch: BatchV1Api;
-  let values: string[];
-  let base = '';
-  let token = '';
-  const clusterScoped: Manifest[] = [];
   let docs: Manifest[] = [];
-
-  const renderRelease = (extra: string[], only: string[] = []): Manifest[] => {
-    const r = render([...values, ...extra, ...only.flatMap((t) => ['-s', t])], { release: RELEASE, namespace: NS });
-    if (r.code !== 0) throw new Error(`render failed:\n${r.stderr}`);
-    return r.docs;
-  };
-
-  const apply = (docs: Manifest[]) =>
-    applyObjects(kc, docs as KubernetesObject[], (o) => o.kind === 'Secret' && o.metadata?.name === `${RELEASE}-sandpod-api-tokens`);
-
-  async function rolledOut(name: string, timeoutMs = 240_000): Promise<void> {
-    const end = Date.now() + timeoutMs;
-    for (;;) {
-      const d = await apps.readNamespacedDeployment({ name, namespace: NS });
-      const want = d.spec?.replicas ?? 1;
-      const s = d.status ?? {};
-      if ((s.observedGeneration ?? 0) >= (d.metadata?.generation ?? 0) && s.updatedReplicas === want && s.readyReplicas === want && (s.replicas ?? 0) === want) return;
-      if (Date.now() > end) throw new Error(`deployment ${name} did not roll out: ${JSON.stringify(s)}`);
-      await sleep(1000);
-    }
-  }
-
-  const call = async (path: string, init: RequestInit & { auth?: boolean } = {}) => {
-    const headers: Record<string, string> = { 'content-type': 'application/json', ...((init.headers as Record<string, string>) ?? {}) };
-    if (init.auth !== false) headers.authorization = `Bearer ${token}`;
-    return fetch(`${base}${path}`, { ...init, headers });
-  };
+  const call = (path: string, init: RequestInit & { auth?: boolean } = {}) => rel.call(path, init);
 
   beforeAll(async () => {
-    prepareRenderer();
-    kc = new KubeConfig();
-    kc.loadFromFile(KUBECONFIG!);
-    core = kc.makeApiClient(CoreV1Api);
-    apps = kc.makeApiClient(AppsV1Api);
-    batch = kc.makeApiClient(BatchV1Api);
-    const admin = new pg.Client({ connectionString: DB_ADMIN_URL });
-    await admin.connect();
-    await admin.query(`CREATE DATABASE ${DB_NAME}`);
-    await admin.end();
-    const version = await kc.makeApiClient(VersionApi).getCode();
-    const minor = Number.parseInt(version.minor, 10);
-    values = [
-      '--kube-version', `${version.major}.${minor}`,
+    ({ kc, core, apps } = rel);
+    docs = await rel.install([
       '--set', 'replicaCount=2',
-      '--set', `database.url=${DB_URL!.replace(/\/$/, '')}/${DB_NAME}`,
-      ...imageValues('image', SERVICE_IMAGE!),
-      ...imageValues('executorImage', EXECUTOR_IMAGE!),
-      // Under real gVisor (kcluster up --gvisor) the run pods must get its RuntimeClass: strict.
-      '--set', `config.security_mode=${process.env.SANDPOD_E2E_GVISOR === '1' ? 'strict' : 'permissive'}`,
       '--set', 'config.shutdown_grace_seconds=30',
-      '--set', `runs.namespace=${RUNS_NS}`,
       '--set-json', 'jobTypes.items.default.cpuLimit=0.25',
       '--set', 'resources.requests.cpu=50m',
-    ];
-    // What `helm install` does, in its order: CRDs, the pre-install hooks, then the release.
-    await core.createNamespace({ body: { metadata: { name: NS } } });
-    const crds = new URL('../../crds/', import.meta.url);
-    await applyObjects(kc, manifestObjects(readdirSync(crds).filter((f) => f.endsWith('.yaml')).map((f) => new URL(f, crds))));
-    await apply(renderRelease([], ['templates/secret-database.yaml', 'templates/migration-job.yaml']));
-    for (let i = 0; ; i++) {
-      const job = await batch.readNamespacedJob({ name: `${RELEASE}-sandpod-migrate`, namespace: NS });
-      if ((job.status?.succeeded ?? 0) > 0) break;
-      if ((job.status?.failed ?? 0) > 0 || i > 180) throw new Error(`migration Job failed: ${JSON.stringify(job.status)}`);
-      await sleep(1000);
-    }
-    const release = renderRelease(['--no-hooks']);
-    docs = release;
-    clusterScoped.push(...release.filter((d) => ['ClusterRole', 'ClusterRoleBinding', 'Namespace'].includes(d.kind)));
-    await apply(release);
-    await rolledOut(`${RELEASE}-sandpod`);
-    const svc = await core.readNamespacedService({ name: `${RELEASE}-sandpod`, namespace: NS });
-    base = `http://${svc.spec!.clusterIP}:${svc.spec!.ports![0]!.port}`;
-    const secret = await core.readNamespacedSecret({ name: `${RELEASE}-sandpod-api-tokens`, namespace: NS });
-    token = Buffer.from(secret.data!.tokens!, 'base64').toString().split('\n')[0]!;
+    ]);
   }, TOOL_BUILD_TIMEOUT_MS + 600_000);
 
   afterAll(async () => {
-    if (!kc) return;
-    for (const ns of [NS, RUNS_NS]) await core.deleteNamespace({ name: ns }).catch(() => undefined);
-    const rbac = kc.makeApiClient(RbacAuthorizationV1Api);
-    for (const d of clusterScoped) {
-      if (d.kind === 'ClusterRole') await rbac.deleteClusterRole({ name: d.metadata.name }).catch(() => undefined);
-      if (d.kind === 'ClusterRoleBinding') await rbac.deleteClusterRoleBinding({ name: d.metadata.name }).catch(() => undefined);
-    }
-    // Namespaces take their pods down first; the database goes once nothing holds it.
-    for (let i = 0; i < 120; i++) {
-      const left = await core.readNamespace({ name: NS }).then(() => true, () => false);
-      if (!left) break;
-      await sleep(1000);
-    }
-    const admin = new pg.Client({ connectionString: DB_ADMIN_URL });
-    await admin.connect();
-    await admin.query(`DROP DATABASE IF EXISTS ${DB_NAME} WITH (FORCE)`);
-    await admin.end();
+    if (rel?.base) await rel.uninstall();
   }, 300_000);
 
   it('the API needs the generated token; the probes and /health do not', async () => {
@@ -238,7 +137,7 @@ describe.skipIf(!READY)('the chart on a real cluster (needs SANDPOD_E2E_KUBECONF
     let counted = 0;
     const seen: J[] = [];
     for (const p of apiPods) {
-      const pool = (await (await fetch(`http://${p.status!.podIP}:8000/pool/stats`, { headers: { authorization: `Bearer ${token}` } })).json()) as J;
+      const pool = (await (await fetch(`http://${p.status!.podIP}:8000/pool/stats`, { headers: { authorization: `Bearer ${rel.token}` } })).json()) as J;
       seen.push(pool);
       const dflt = (pool.warm as J[] | undefined)?.find((w) => w.job_type === 'default');
       counted += (dflt?.hits ?? 0) + (dflt?.misses ?? 0);
@@ -269,8 +168,8 @@ describe.skipIf(!READY)('the chart on a real cluster (needs SANDPOD_E2E_KUBECONF
     const pdb = (await KubernetesObjectApi.makeApiClient(kc).read({ apiVersion: pdbs[0]!.apiVersion, kind: 'PodDisruptionBudget', metadata: { name: pdbs[0]!.metadata.name, namespace: NS } })) as Manifest;
     expect(pdb.spec.minAvailable).toBe(1);
     const before = await apps.readNamespacedDeployment({ name: `${RELEASE}-sandpod`, namespace: NS });
-    await apply(renderRelease(['--no-hooks', '--set', 'config.max_workers=3']));
-    await rolledOut(`${RELEASE}-sandpod`);
+    await rel.apply(rel.renderRelease(['--no-hooks', '--set', 'config.max_workers=3']));
+    await rel.rolledOut();
     const after = await apps.readNamespacedDeployment({ name: `${RELEASE}-sandpod`, namespace: NS });
     expect(after.metadata!.generation).toBeGreaterThan(before.metadata!.generation!);
     // Both replicas that held the runs were replaced (SIGTERM, drain) while the runs were going on.

@@ -1,0 +1,122 @@
+/**
+ * Section `replicas` (issue 20 item 3): time to first output through three API replicas on a real
+ * cluster, by the ComputeSDK method — sequential (20, one at a time), staggered (50, one every
+ * 200 ms) and burst (50 at once). The chart is installed as the e2e suite installs it
+ * (test/support/e2e-release.ts: three replicas, warm pool, the cluster's PostgreSQL), and every run
+ * goes through the release's Service, so the replicas share the load as a client's would.
+ *
+ * Each run is `print(1)`. Runs alternate between two ways of seeing the first output:
+ * - stream: `POST /execute/async`, then `GET /jobs/{id}/events`; first output = the first `stdout`
+ *   event, from the moment the POST was sent;
+ * - sync: `POST /execute`; first output = the answer.
+ * Reported per mode: p50/p99 of both, warm hits (summed over the replicas' `/pool/stats`), runs/min,
+ * and lost or duplicated runs (one record per submission, each with `1\n`). Target: burst p50 (stream)
+ * ≤ 1.5 × sequential p50 in the same run.
+ *
+ * Needs the e2e variables (SANDPOD_E2E_KUBECONFIG, _SERVICE_IMAGE, _IMAGE, _DATABASE_URL,
+ * _DATABASE_ADMIN_URL, and SANDPOD_E2E_GVISOR=1 on a gVisor cluster); says so and skips without them.
+ */
+import { randomUUID } from 'node:crypto';
+import { E2ERelease, RELEASE_READY, sleep } from '../test/support/e2e-release.ts';
+import { sseEvents } from '../test/support/sse.ts';
+import { ms, quantile } from './stats.ts';
+
+type Say = (line: string) => void;
+interface Sample {
+  kind: 'stream' | 'sync';
+  ttfoMs: number;
+  tag: string;
+}
+
+async function oneRun(rel: E2ERelease, kind: Sample['kind'], tag: string): Promise<Sample> {
+  const t0 = performance.now();
+  if (kind === 'sync') {
+    const res = await rel.call('/execute', { method: 'POST', body: JSON.stringify({ code: 'print(1)', idempotency_key: tag }), signal: AbortSignal.timeout(300_000) });
+    await res.arrayBuffer();
+    if (res.status !== 200) throw new Error(`sync ${tag}: ${res.status}`);
+    return { kind, ttfoMs: performance.now() - t0, tag };
+  }
+  const res = await rel.call('/execute/async', { method: 'POST', body: JSON.stringify({ code: 'print(1)', idempotency_key: tag }) });
+  const { job_id: id } = (await res.json()) as { job_id: string };
+  const events = await rel.call(`/jobs/${id}/events`, { headers: { accept: 'text/event-stream' }, signal: AbortSignal.timeout(300_000) });
+  for await (const e of sseEvents(events)) {
+    if (e.event === 'stdout') return { kind, ttfoMs: performance.now() - t0, tag };
+    if (e.event === 'end') break;
+  }
+  throw new Error(`stream ${tag}: ended without stdout`);
+}
+
+async function warmHits(rel: E2ERelease): Promise<number> {
+  const pods = (await rel.core.listNamespacedPod({ namespace: rel.ns, labelSelector: `app.kubernetes.io/instance=${rel.release},app.kubernetes.io/name=sandpod` })).items;
+  let hits = 0;
+  for (const p of pods) {
+    if (p.status?.phase !== 'Running' || !p.status.podIP) continue;
+    const body = (await (await fetch(`http://${p.status.podIP}:8000/pool/stats`, { headers: { authorization: `Bearer ${rel.token}` } })).json()) as { warm?: { hits: number }[] };
+    hits += (body.warm ?? []).reduce((n, w) => n + w.hits, 0);
+  }
+  return hits;
+}
+
+async function mode(rel: E2ERelease, name: string, n: number, gapMs: number | null, say: Say): Promise<{ p50: number; lost: number; dup: number }> {
+  const before = await warmHits(rel);
+  const t0 = performance.now();
+  const runs: Promise<Sample>[] = [];
+  const samples: Sample[] = [];
+  for (let i = 0; i < n; i++) {
+    const run = oneRun(rel, i % 2 === 0 ? 'stream' : 'sync', `${name}-${randomUUID()}`);
+    if (gapMs === null) runs.push(run);
+    else if (gapMs === 0) samples.push(await run);
+    else {
+      runs.push(run);
+      await sleep(gapMs);
+    }
+  }
+  samples.push(...(await Promise.all(runs)));
+  const wallMin = (performance.now() - t0) / 60_000;
+  const hits = (await warmHits(rel)) - before;
+  const tags = samples.map((s) => s.tag);
+  const rows = await rel.query<{ k: string; n: string; ok: string }>(
+    "SELECT idempotency_key AS k, count(*) AS n, count(*) FILTER (WHERE status = 'succeeded' AND stdout #>> '{}' = E'1\\n') AS ok FROM executions WHERE idempotency_key = ANY($1::text[]) GROUP BY 1",
+    [tags],
+  );
+  const lost = tags.length - rows.filter((r) => Number(r.ok) >= 1).length;
+  const dup = rows.filter((r) => Number(r.n) > 1).length;
+  const q = (kind: Sample['kind']) => {
+    const xs = samples.filter((s) => s.kind === kind).map((s) => s.ttfoMs);
+    return `p50 ${ms(quantile(xs, 0.5))} ms, p99 ${ms(quantile(xs, 0.99))} ms`;
+  };
+  say(`| ${name} | ${n} | ${q('stream')} | ${q('sync')} | ${hits} | ${(n / wallMin).toFixed(0)} | ${lost} | ${dup} |`);
+  return { p50: quantile(samples.filter((s) => s.kind === 'stream').map((s) => s.ttfoMs), 0.5), lost, dup };
+}
+
+/** Runs the section; returns whether its targets held (null: skipped). */
+export async function benchReplicas(say: Say): Promise<boolean | null> {
+  say('## Replicas: time to first output through three API replicas on a real cluster (ComputeSDK method)');
+  if (!RELEASE_READY) {
+    say('skipped: needs SANDPOD_E2E_KUBECONFIG, _SERVICE_IMAGE, _IMAGE, _DATABASE_URL and _DATABASE_ADMIN_URL');
+    return null;
+  }
+  const rel = new E2ERelease('spb');
+  try {
+    await rel.install([
+      '--set', 'replicaCount=3',
+      '--set', 'podDisruptionBudget.enabled=false',
+      '--set', 'resources.requests.cpu=50m',
+      '--set-json', 'jobTypes.items.default.cpuLimit=0.25',
+      '--set', 'runs.warmPool.size=4',
+    ]);
+    await sleep(20_000); // the pool fills and the canaries end before the clock starts
+    say('| mode | runs | first output, stream | first output, sync answer | warm hits | runs/min | lost | duplicated |');
+    say('|---|---|---|---|---|---|---|---|');
+    const seq = await mode(rel, 'sequential', 20, 0, say);
+    const stag = await mode(rel, 'staggered', 50, 200, say);
+    await sleep(20_000); // refill before the burst, as the method gives each mode a rested system
+    const burst = await mode(rel, 'burst', 50, null, say);
+    const ratio = burst.p50 / seq.p50;
+    const ok = ratio <= 1.5 && [seq, stag, burst].every((m) => m.lost === 0 && m.dup === 0);
+    say(`burst p50 / sequential p50 (stream) = ${ratio.toFixed(2)} (target ≤ 1.5); lost and duplicated 0: ${[seq, stag, burst].every((m) => m.lost === 0 && m.dup === 0)} → ${ok ? 'met' : 'NOT met'}`);
+    return ok;
+  } finally {
+    await rel.uninstall();
+  }
+}
