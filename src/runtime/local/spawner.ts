@@ -12,9 +12,21 @@ import { closeSync, constants as fsConstants, openSync, writeSync } from 'node:f
 import { Socket } from 'node:net';
 import { constants } from 'node:os';
 import { fileURLToPath } from 'node:url';
+import { materializeParts, type PythonParts } from '../../util/python-parts.ts';
 
-/** Absolute path of the spawner script shipped with this source tree. */
-export const SPAWNER_SOURCE = fileURLToPath(new URL('./spawner.py', import.meta.url));
+/**
+ * The spawner's parts (`spawner/NN-name.py`: its set-up of a child, the warm child and the relay,
+ * main), joined into one file because it runs as `python3 -I -S`, which imports nothing from beside
+ * it (src/util/python-parts.ts); the build writes `dist/runtime/local/spawner.py`.
+ */
+export const SPAWNER_PARTS: PythonParts = {
+  partsDir: fileURLToPath(new URL('./spawner/', import.meta.url)),
+  built: fileURLToPath(new URL('./spawner.py', import.meta.url)),
+  name: 'spawner',
+};
+
+/** Absolute path of the joined spawner script. */
+export const SPAWNER_SOURCE = materializeParts(SPAWNER_PARTS);
 
 /** [exit code, signal, why it could not be started]. */
 export type ExitInfo = [number | null, NodeJS.Signals | null, string | null];

@@ -60,17 +60,20 @@ describe('npm run build', () => {
       if (f.startsWith('console/web/')) expect(out.has(f.replace(/\.tsx?$/, '.js')), f).toBe(false);
       else if (f.endsWith('.ts')) expect(out.has(f.replace(/\.ts$/, '.js')), f).toBe(true);
       // The runner's parts are joined into one file, dist/sandbox/runner.py (checked below).
-      else if (f.startsWith('sandbox/runner/')) expect(out.has(f), f).toBe(false);
+      else if (f.startsWith('sandbox/runner/') || f.startsWith('runtime/local/spawner/')) expect(out.has(f), f).toBe(false);
       else if (path.basename(f) !== 'Dockerfile') expect(out.has(f), f).toBe(true);
     }
     expect([...out].filter((f) => f.endsWith('.ts'))).toEqual([]);
   });
 
-  it('writes dist/sandbox/runner.py as the runner parts joined in name order', () => {
-    const parts = path.join(dir, 'src/sandbox/runner');
+  it.each([
+    ['sandbox/runner', 'sandbox/runner.py'],
+    ['runtime/local/spawner', 'runtime/local/spawner.py'],
+  ])('writes dist/%s.py as its parts joined in name order', (partsDir, built) => {
+    const parts = path.join(dir, 'src', partsDir);
     const joined = readdirSync(parts).filter((f) => f.endsWith('.py')).sort().map((f) => readFileSync(path.join(parts, f), 'utf8')).join('');
     expect(joined.length).toBeGreaterThan(1000);
-    expect(readFileSync(path.join(dist, 'sandbox/runner.py'), 'utf8')).toBe(joined);
+    expect(readFileSync(path.join(dist, built), 'utf8')).toBe(joined);
   });
 
   it('rewrites every relative import to .js (node would refuse .ts without a loader)', () => {
@@ -90,7 +93,7 @@ describe('npm run build', () => {
       if (f === 'client/generate.ts') continue;
       for (const m of text.matchAll(/new URL\(\s*'([^']+)'\s*,\s*import\.meta\.url\s*\)/g)) {
         // paths.ts reads the runner's parts only from the source tree; compiled, it reads ./runner.py.
-        if (f === 'sandbox/paths.ts' && m[1] === './runner/') continue;
+        if ((f === 'sandbox/paths.ts' && m[1] === './runner/') || (f === 'runtime/local/spawner.ts' && m[1] === './spawner/')) continue;
         const target = path.resolve(path.dirname(path.join(dist, f)), m[1]!);
         refs.push(path.relative(dir, target));
         expect(existsSync(target), `${f} reads ${m[1]} → ${target}`).toBe(true);

@@ -93,7 +93,7 @@ describe('service image (Dockerfile)', () => {
       expect(existsSync(path.join(REPO_ROOT, src)), src).toBe(true);
       expect(ignored(ignore, src), `${src} must not be ignored`).toBe(false);
     }
-    for (const f of ['src/main.ts', 'src/store/migrate.ts', 'src/sandbox/runner/50-main.py', 'src/sandbox/paths.ts', 'src/runtime/local/spawner.py']) expect(ignored(ignore, f), f).toBe(false);
+    for (const f of ['src/main.ts', 'src/store/migrate.ts', 'src/sandbox/runner/50-main.py', 'src/sandbox/paths.ts', 'src/runtime/local/spawner/20-main.py']) expect(ignored(ignore, f), f).toBe(false);
     for (const f of ['node_modules/x/index.js', '.git/HEAD', 'dist/main.js', 'test/unit/x.test.ts', 'charts/sandpod/values.yaml']) {
       expect(ignored(ignore, f), f).toBe(true);
     }
