@@ -660,6 +660,27 @@ export interface components {
             stdout: string;
             success: boolean;
         };
+        /** @description A cell refused because the circuit breaker is open. */
+        CellUnavailable: {
+            /** @description The cell's number in its session (1, 2, …) */
+            cell: number;
+            /** @constant */
+            code: "service_unavailable";
+            correlation_id: string;
+            detail: string;
+            error: components["schemas"]["RunError"] | null;
+            execution_id: string;
+            /** @description Wall clock seconds */
+            execution_time: number;
+            exit_code: number | null;
+            job_type: string;
+            /** @description Parsed /output/result.json (numbers with their exact text), or null */
+            output: unknown;
+            session_id: string;
+            stderr: string;
+            stdout: string;
+            success: boolean;
+        };
         CircuitBreaker: {
             failure_count: number;
             last_failure: string | null;
@@ -2825,6 +2846,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Circuit breaker open: the cell's answer with error type service_unavailable, as POST /execute answers */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CellUnavailable"];
                 };
             };
         };

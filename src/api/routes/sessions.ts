@@ -39,6 +39,10 @@ const CellResultSchema = v.pipe(
   v.object({ ...SyncResultSchema.entries, session_id: v.string(), cell: v.pipe(v.number(), v.integer(), v.description('The cell\'s number in its session (1, 2, …)')) }),
   v.metadata({ ref: 'CellResult', description: 'POST /execute\'s answer for the cell, plus its session and number; the cell\'s full record is GET /jobs/{execution_id}.' }),
 );
+const CellUnavailableSchema = v.pipe(
+  v.strictObject({ ...CellResultSchema.entries, detail: v.string(), code: v.literal('service_unavailable'), correlation_id: v.string() }),
+  v.metadata({ ref: 'CellUnavailable', description: 'A cell refused because the circuit breaker is open.' }),
+);
 const idParam = pathParam('id', 'Session id');
 
 /** Sub-app for the session routes; 501 when the service has no session manager. */
@@ -106,13 +110,23 @@ export function sessionRoutes(deps: AppDeps) {
       summary: "Run one cell in the session's interpreter",
       description: 'Variables, imports and files of earlier cells are still there. One cell at a time: 409 with running_cell_id while another runs. A cell past its timeout is interrupted (KeyboardInterrupt; the state survives, error execution_timeout).',
       parameters: [idParam],
-      responses: { 200: jsonResponse('The cell ended (successfully or not)', CellResultSchema), ...errorResponses(400, 404, 409, 413, 415, 501) },
+      responses: {
+        200: jsonResponse('The cell ended (successfully or not)', CellResultSchema),
+        ...errorResponses(400, 404, 409, 413, 415, 501),
+        503: jsonResponse('Circuit breaker open: the cell\'s answer with error type service_unavailable, as POST /execute answers', CellUnavailableSchema),
+      },
     }),
     bodyValidator(schemas.cell, deps.config.max_body_bytes),
     async (c) => {
       const body = c.req.valid('json');
       const { record, cell } = await sessions().execute(c.req.param('id'), body, meta(c));
-      return exactJson(c, { ...syncView(record), session_id: c.req.param('id'), cell });
+      const view = { ...syncView(record), session_id: c.req.param('id'), cell };
+      const error = record.error as { type?: string; message?: string } | null;
+      // As POST /execute (SPEC §7.3 rule 5): with the breaker open the cell ends at once, and the HTTP status says so.
+      if (error?.type === 'service_unavailable') {
+        return exactJson(c, { ...view, detail: error.message ?? 'service unavailable', code: 'service_unavailable', correlation_id: c.get('correlationId') }, 503);
+      }
+      return exactJson(c, view);
     },
   );
 

@@ -271,6 +271,11 @@ describe('every operation answers as the document says', () => {
     for (let i = 0; i < 10 && svc.breaker.state !== 'open'; i++) await svc.breaker.exec(() => Promise.reject(new Error('engine down'))).catch(() => {});
     expect(svc.breaker.state).toBe('open');
     expect(await check('post', '/execute', await post('/execute', { code: 'print(1)' }))).toMatchObject({ code: 'service_unavailable', error: { type: 'service_unavailable' } });
+    // A session cell answers the same way.
+    const session = (await check('post', '/sessions', await post('/sessions', {}))).session_id as string;
+    const cell = await check('post', '/sessions/{id}/execute', await post(`/sessions/${session}/execute`, { code: 'print(1)' }));
+    expect(cell).toMatchObject({ code: 'service_unavailable', error: { type: 'service_unavailable' }, session_id: session, cell: 1 });
+    expect(seen.get('post /sessions/{id}/execute')).toContain(503);
     expect((await check('get', '/health', await get('/health'))).status).toBe('degraded');
   });
 
