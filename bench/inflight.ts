@@ -17,7 +17,7 @@
  * - informer memory = heap of a structured copy of the pod and Job caches, over the runs cached;
  * - replica CPU per run = its user + system CPU time over the level, over N (sizing: runs/s per core).
  * Targets: event-loop delay p99 ≤ 50 ms, overhead p99 ≤ 100 ms, API calls per run as the single run's,
- * RSS growth per in-flight run ≤ 200 KB.
+ * RSS growth per in-flight run ≤ 200 KB. BENCH_CPU_PROF=dir writes a CPU profile of the replica there.
  */
 import { fork } from 'node:child_process';
 import { loadavg } from 'node:os';
