@@ -114,6 +114,10 @@ describe.skipIf(!KUBECONFIG || !DATA_IMAGE)('pool pods of every kind on a cluste
   afterAll(async () => {
     await rt?.stop();
     await registry?.stop();
+    // Their pools would follow any other service of these namespaces (the bench's, another e2e file's).
+    const { CustomObjectsApi } = await import('@kubernetes/client-node');
+    const custom = kc?.makeApiClient(CustomObjectsApi);
+    for (const name of types) await custom?.deleteNamespacedCustomObject({ group: 'sandpod.io', version: 'v1alpha1', namespace: NS, plural: 'jobtypes', name }).catch(() => undefined);
     // Pool Jobs outlive a stopped runtime (a restart adopts them): this instance is gone for good.
     await kc
       ?.makeApiClient(BatchV1Api)
