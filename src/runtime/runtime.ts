@@ -332,6 +332,8 @@ export interface CellSpec {
   maxStdoutBytes: number;
   maxArtifactBytes: number;
   onOutput?: ((stream: 'stdout' | 'stderr', chunk: Uint8Array) => void) | undefined;
+  /** Set in the interpreter's environment for this cell (`runEnv`: TRACEPARENT); the last cell's are removed first. */
+  env?: Record<string, string>;
 }
 
 /** A session's sandbox, as a runtime hands it out. */

@@ -15,7 +15,7 @@ import { buildRow, resolveJobType, type RequestMeta } from '../executions/reques
 import type { Executions } from '../executions/service.ts';
 import type { JobTypeRegistry } from '../jobtypes/job-type.ts';
 import type { Logger } from '../logger.ts';
-import type { Runtime, SessionSandbox } from '../runtime/runtime.ts';
+import { runEnv, type Runtime, type SessionSandbox } from '../runtime/runtime.ts';
 import type { Db, ExecutionRow, SessionRow } from '../store/database.ts';
 import { endSession, getSession, heartbeatSessions, insertSession, listSessions, liveSessionCount, liveSessions, updateLiveSession } from '../store/sessions.repository.ts';
 import { admitSession, afterCell, decideExpiry, decideOrphan, sessionSettings, type EndReason, type SessionStatus } from './decide.ts';
@@ -194,6 +194,7 @@ export class SessionManager {
           maxStdoutBytes: spec.maxStdoutBytes,
           maxArtifactBytes: spec.maxArtifactBytes,
           onOutput: options.onOutput,
+          env: runEnv(spec),
         }),
       );
       return { record, cell: cellNo };

@@ -9,7 +9,7 @@ import { AppError } from '../../errors.ts';
 import { syncView } from '../../executions/index.ts';
 import type { SessionManager } from '../../sessions/manager.ts';
 import { sessionView } from '../../sessions/views.ts';
-import { clientIp } from '../client-ip.ts';
+import { requestMeta } from '../request-meta.ts';
 import type { AppDeps, AppEnv } from '../deps.ts';
 import { bodyValidator, errorResponses, jsonResponse, pathParam, queryValidator } from '../openapi.ts';
 import { exactJson, SyncResultSchema } from '../responses.ts';
@@ -54,7 +54,6 @@ export function sessionRoutes(deps: AppDeps) {
     if (deps.isShuttingDown?.()) throw new AppError('shutting_down', 'service is shutting down; retry on another instance');
     return deps.sessions;
   };
-  const meta = (c: Parameters<typeof clientIp>[0]) => ({ correlationId: c.get('correlationId'), clientIp: clientIp(c) });
 
   app.post(
     '/sessions',
@@ -67,7 +66,7 @@ export function sessionRoutes(deps: AppDeps) {
     bodyValidator(schemas.session, deps.config.max_body_bytes, undefined, true),
     async (c) => {
       const body = (c.req.valid('json') ?? {}) as v.InferOutput<typeof schemas.session>;
-      const row = await sessions().create(body, meta(c));
+      const row = await sessions().create(body, requestMeta(c));
       return exactJson(c, sessionView(row), 201);
     },
   );
@@ -119,7 +118,7 @@ export function sessionRoutes(deps: AppDeps) {
     bodyValidator(schemas.cell, deps.config.max_body_bytes),
     async (c) => {
       const body = c.req.valid('json');
-      const { record, cell } = await sessions().execute(c.req.param('id'), body, meta(c));
+      const { record, cell } = await sessions().execute(c.req.param('id'), body, requestMeta(c));
       const view = { ...syncView(record), session_id: c.req.param('id'), cell };
       const error = record.error as { type?: string; message?: string } | null;
       // As POST /execute (SPEC §7.3 rule 5): with the breaker open the cell ends at once, and the HTTP status says so.

@@ -149,7 +149,8 @@ def run_session(a):
                     caps = int(cmd.get('max_stream_bytes', caps_default))
                     cell = {'n': n, 'deadline': time.monotonic() + float(cmd.get('timeout', a.timeout)), 'interrupted_at': None,
                             'caps': {out_r: caps, err_r: caps}, 'cut': set()}
-                    os.write(cmd_w, json.dumps({'cell': n, 'code': cmd.get('code')}).encode() + b'\n')
+                    env = cmd.get('env') if isinstance(cmd.get('env'), dict) else {}
+                    os.write(cmd_w, json.dumps({'cell': n, 'code': cmd.get('code'), 'env': env}).encode() + b'\n')
 
 
 def session_interpreter(a, cmd_r, res_w):
@@ -166,6 +167,7 @@ def session_interpreter(a, cmd_r, res_w):
     sys.path[0] = os.getcwd()
     cmds = os.fdopen(cmd_r, 'rb', buffering=0)
     buf = b''
+    cell_env = {}
     while True:
         while b'\n' not in buf:
             try:
@@ -177,6 +179,11 @@ def session_interpreter(a, cmd_r, res_w):
             buf += data
         line, buf = buf.split(b'\n', 1)
         cmd = json.loads(line)
+        # The cell's own environment (TRACEPARENT): the last cell's keys go first.
+        for k in cell_env:
+            os.environ.pop(k, None)
+        cell_env = {str(k): str(v) for k, v in (cmd.get('env') or {}).items()}
+        os.environ.update(cell_env)
         res = {'cell': cmd['cell'], 'exit_code': 0}
         t0 = time.monotonic()
         try:

@@ -77,6 +77,23 @@ describe.skipIf(!asRoot)('sessions API', () => {
     await svc.app.request(`/sessions/${s.session_id}`, { method: 'DELETE' });
   }, 120_000);
 
+  it('a cell continues the request’s trace: trace_id on its record, TRACEPARENT in its environment for that cell only', async () => {
+    const s = await create();
+    const traceId = '4bf92f3577b34da6a3ce929d0e0e4736';
+    const tp = `00-${traceId}-00f067aa0ba902b7-01`;
+    const code = 'import os\nprint(os.environ.get("TRACEPARENT", "none"))';
+    const res = await svc.post(`/sessions/${s.session_id}/execute`, { code }, { traceparent: tp });
+    const traced = await json(res);
+    expect(res.status, JSON.stringify(traced)).toBe(200);
+    // Tracing is off here (no OTLP endpoint): the request's traceparent itself is what the program sees.
+    expect(traced.stdout).toBe(`${tp}\n`);
+    const full = await json(await svc.get(`/jobs/${traced.execution_id}?view=full`));
+    expect(full.trace_id).toBe(traceId);
+    // The next cell, sent without one, does not inherit it.
+    expect((await exec(s.session_id, { code })).stdout).toBe('none\n');
+    await svc.app.request(`/sessions/${s.session_id}`, { method: 'DELETE' });
+  });
+
   it('max_sessions: over it is a 503 that says so; bad settings are 400; unknown ids 404', async () => {
     const a = await create();
     const b = await create();

@@ -173,7 +173,7 @@ export class LocalSessionSandbox implements SessionSandbox {
         else if (f.kind === 'result') resolve(f.result);
         else resolve(null);
       };
-      this.proc.write(`${JSON.stringify({ cell: c.cell, code: `/code/cell-${c.cell}.py`, timeout: c.timeoutSec, max_stream_bytes: c.maxStdoutBytes })}\n`);
+      this.proc.write(`${JSON.stringify({ cell: c.cell, code: `/code/cell-${c.cell}.py`, timeout: c.timeoutSec, max_stream_bytes: c.maxStdoutBytes, env: c.env ?? {} })}\n`);
     });
     this.waiting = null;
     const t1 = this.d.now();
