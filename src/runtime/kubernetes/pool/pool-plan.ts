@@ -313,9 +313,10 @@ export function memberOf(job: V1Job, pod: V1Pod | undefined): PoolMember | null 
     jobType,
     specHash: labels[POOL_LABELS.specHash] ?? '',
     createdAt: toMs(job.metadata.creationTimestamp) ?? 0,
-    // `started` of main: false until its startup probe saw the runner's ready file. (Not `ready`:
-    // kubelet 1.20 under gVisor was seen keeping a preloading pod's main unready after its probe passed.)
-    ready: !!pod && !deleting && !podEnded && stuck === undefined && !!cs(CONTAINERS.main)?.state?.running && cs(CONTAINERS.main)?.started !== false && !!cs(CONTAINERS.collector)?.state?.running,
+    // `ready` of main: false until its startup probe saw the runner's ready file. (Known gap: on
+    // kcluster under gVisor a preloading pod's main stayed unready, `started` true, its exec'd probe
+    // unable to read /tmp; gating on `started` instead let hand-overs reach runners not yet listening.)
+    ready: !!pod && !deleting && !podEnded && stuck === undefined && !!cs(CONTAINERS.main)?.state?.running && cs(CONTAINERS.main)?.ready !== false && !!cs(CONTAINERS.collector)?.state?.running,
     claimed: !!labels[LABELS.executionId],
     deleting,
     failed,
