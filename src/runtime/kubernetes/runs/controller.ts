@@ -8,12 +8,14 @@
  */
 import type { KubeConfig, V1Job, V1Pod } from '@kubernetes/client-node';
 import { systemClock, type Clock } from '../../../clock.ts';
-import { ReconnectingInformer, type KubeApi, type LogFollowHandle } from '../../../kube/index.ts';
+import { ReconnectingInformer, type KubeApi } from '../../../kube/index.ts';
 import { silentLogger, type Logger } from '../../../logger.ts';
 import type { RawRun, RunObservation } from '../../runtime.ts';
-import { decide, type Action, type RunState } from './decide.ts';
+import { decide, type Action } from './decide.ts';
 import { CONTAINERS, LABELS, RELEASE_COMMAND, instanceSelector } from '../names.ts';
-import type { CollectedOutput, OutputLimits } from './output-tar.ts';
+import type { CollectedOutput } from './output-tar.ts';
+import { ownerUids, type TrackedRun } from './tracked-run.ts';
+export type { TrackedRun } from './tracked-run.ts';
 import { collectOutputs, observeProgress, resolveRun, type OutputDeps } from './outputs.ts';
 import { KeyedWorkQueue } from './work-queue.ts';
 import { slimJob, slimPod } from './cache-transform.ts';
@@ -47,49 +49,6 @@ const DONE_WAIT_MS = 1000;
 
 /** How long a resolved run waits for its log follow to deliver the end, ms. */
 const LOG_TAIL_WAIT_MS = 2000;
-
-/** One run the controller drives until it resolves. */
-export interface TrackedRun {
-  state: RunState;
-  limits: OutputLimits;
-  onPhase?: (phase: 'startup' | 'installing' | 'execution') => void;
-  /** The program's output as it runs: the `main` container's log, followed from the moment it started. */
-  onOutput?: (stream: 'stdout' | 'stderr', chunk: Uint8Array) => void;
-  /** The follow of the `main` container's log, once started. */
-  logFollow?: LogFollowHandle;
-  /** `installing` was reported (the `deps` init container ran). */
-  installingReported?: boolean;
-  resolve: (raw: RawRun) => void;
-  reject: (err: unknown) => void;
-  collectFailures: number;
-  /** Collection attempts that failed because the API server did not take them. */
-  collectUnavailable?: number;
-  podUid?: string;
-  /**
-   * The uid of the run's own Job, once the runtime has it (create answer, 409 read, adoption). Until
-   * then nothing is taken as the run's: a Job of the same name from an earlier attempt, and its pod,
-   * can still be there, terminating.
-   */
-  jobUid?: string;
-  /** Deletions heard before `jobUid` was known: Job uids, and pod uids with their owners' uids. */
-  deletedJobs?: Set<string>;
-  deletedPods?: { uid: string; owners: string[] }[];
-  /** The outputs its collector sends on the attach: true once they are the run's collection. */
-  relayed?: Promise<boolean>;
-  /** Called when the runner's `done` comes (a collect waiting for it goes on). */
-  doneHeard?: () => void;
-  /** A warm or attach run's attach to its `collector` (closed when the run ends). */
-  attach?: { close(): void };
-}
-
-/** The uids of a pod's owners: its ownerReferences and the Job controller's `controller-uid` labels. */
-function ownerUids(o: V1Pod): string[] {
-  const labels = o.metadata?.labels ?? {};
-  return [
-    ...(o.metadata?.ownerReferences ?? []).map((r) => r.uid),
-    ...[labels['controller-uid'], labels['batch.kubernetes.io/controller-uid']].filter((v): v is string => !!v),
-  ];
-}
 
 /** See the module comment. */
 export class RunController {
