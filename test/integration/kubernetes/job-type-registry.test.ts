@@ -61,7 +61,9 @@ describe('JobType registry over custom resources', () => {
   it('reads every field of the CRD (kept in sync with crds/jobtypes.sandpod.io.yaml)', () => {
     const crd = YAML.parse(readFileSync(new URL('../../../crds/jobtypes.sandpod.io.yaml', import.meta.url), 'utf8')) as any;
     const specProps = Object.keys(crd.spec.versions[0].schema.openAPIV3Schema.properties.spec.properties).sort();
-    expect(specProps).toEqual(['cpuLimit', 'cpuRequest', 'env', 'image', 'maxFileSize', 'maxProcesses', 'memoryLimit', 'memoryRequest', 'network', 'pythonVersion', 'requirements', 'timeout', 'version', 'warmPool']);
+    expect(specProps).toEqual(['callbackUrl', 'cpuLimit', 'cpuRequest', 'env', 'image', 'maxFileSize', 'maxProcesses', 'memoryLimit', 'memoryRequest', 'network', 'preload', 'pythonVersion', 'requirements', 'timeout', 'version', 'warmPool']);
+    // preload (issue 18) and callbackUrl (issue 21) are read too.
+    expect(jobTypeFromResource({ metadata: { name: 'q' }, spec: { preload: ['json'], callbackUrl: 'https://hooks.example/x' } })).toMatchObject({ preload: ['json'], callbackUrl: 'https://hooks.example/x' });
     // warmPool.size is the cluster pool's (not a run's, not in the digest).
     const pooled = jobTypeFromResource({ metadata: { name: 'p' }, spec: { warmPool: { size: 3 } } });
     expect(pooled).toMatchObject({ warmPoolSize: 3 });
