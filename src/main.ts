@@ -183,6 +183,8 @@ export async function createService(config: Config, o: ServiceOverrides = {}): P
     async stop(graceMs = config.shutdown_grace_seconds * 1000, onDrained?: () => void) {
       shuttingDown = true;
       executions.beginDrain();
+      // Cluster-wide duties (the leader Lease) move to another replica now, not after the drain.
+      await runtime.stepDown?.();
       const deadline = clock.now() + graceMs;
       const finished = (await dispatcher.stop(graceMs)) && (await executions.syncSettled(deadline - clock.now()));
       if (!finished) {

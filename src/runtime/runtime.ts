@@ -236,6 +236,8 @@ export interface Runtime {
   warmPoolStats?(): WarmPoolStats[];
   /** Leader election among replicas (runtimes with cluster-wide loops; issue 20). */
   leadership?(): LeadershipStatus;
+  /** At the start of a shutdown: gives up cluster-wide duties (releases the leader Lease); runs in flight go on. */
+  stepDown?(): Promise<void>;
 }
 
 /** Whether this replica runs the cluster-wide loops (`/health`, `/metrics`). */

@@ -41,7 +41,7 @@ describe.skipIf(!RELEASE_READY)('three replicas on a real cluster (needs the cha
   async function waitAll(ids: string[], timeoutMs: number): Promise<void> {
     const end = Date.now() + timeoutMs;
     for (;;) {
-      const rows = await rel.query<{ status: string }>('SELECT status FROM executions WHERE id = ANY($1::uuid[])', [ids]);
+      const rows = await rel.query<{ status: string }>('SELECT status FROM executions WHERE id = ANY($1::text[])', [ids]);
       if (rows.length === ids.length && rows.every((r) => TERMINAL.has(r.status))) return;
       if (Date.now() > end) throw new Error(`runs not done: ${JSON.stringify(rows.reduce<Record<string, number>>((m, r) => ({ ...m, [r.status]: (m[r.status] ?? 0) + 1 }), {}))}`);
       await sleep(1000);
@@ -165,7 +165,7 @@ describe.skipIf(!RELEASE_READY)('three replicas on a real cluster (needs the cha
     // Wait until a non-leader holds some of these runs, then kill it.
     let victim = '';
     for (let i = 0; i < 120 && !victim; i++) {
-      const held = await rel.query<{ claimed_by: string }>("SELECT claimed_by FROM executions WHERE id = ANY($1::uuid[]) AND status = 'running'", [ids]);
+      const held = await rel.query<{ claimed_by: string }>("SELECT claimed_by FROM executions WHERE id = ANY($1::text[]) AND status = 'running'", [ids]);
       victim = held.map((h) => h.claimed_by.split('/')[0]!).find((pod) => pod !== leader) ?? '';
       if (!victim) await sleep(500);
     }

@@ -249,6 +249,10 @@ class KubernetesRuntime implements Runtime {
     this.networkCheck = networkCheck;
   }
 
+  async stepDown(): Promise<void> {
+    await this.leader?.stop();
+  }
+
   /** This replica's part in leader election (`/health`, `/metrics`). */
   leadership(): LeadershipStatus {
     return this.leader?.status() ?? { enabled: false, identity: '', leading: false, holder: '', lease: null };

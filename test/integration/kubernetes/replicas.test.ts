@@ -132,7 +132,7 @@ describe('three replicas (fake API server, real runner)', () => {
     expect(hitsBy.filter((h) => h > 0).length).toBeGreaterThan(1);
   });
 
-  it('when the leader stops it releases the Lease; another replica leads within a retry or two and keeps the pool filled', async () => {
+  it('when the leader steps down (a shutdown begins) it releases the Lease; another replica leads within a retry or two and keeps the pool filled', async () => {
     await Promise.all(['r0', 'r1', 'r2'].map((id) => replica(id)));
     await fake.waitFor(() => leaders().length === 1, 5000, 'a leader');
     await fake.waitFor(() => readyIdle().length === 2, 8000, 'two ready pool pods');
@@ -140,7 +140,9 @@ describe('three replicas (fake API server, real runner)', () => {
     const oldId = old.leadership!().identity;
     replicas = replicas.filter((r) => r !== old);
     const stoppedAt = Date.now();
-    await old.stop();
+    // What a SIGTERM does first (main.ts): the runs in flight drain afterwards, the Lease moves now.
+    await old.stepDown!();
+    expect(old.leadership!().leading).toBe(false);
     await fake.waitFor(() => leaders().length === 1, 3000, 'a new leader');
     const tookMs = Date.now() - stoppedAt;
     expect(leaders()[0]!.leadership!().identity).not.toBe(oldId);
@@ -154,6 +156,7 @@ describe('three replicas (fake API server, real runner)', () => {
     expect(runs.every((r) => r.observation.exitCode === 0)).toBe(true);
     const max = await maxPoolDuring(() => fake.waitFor(() => readyIdle().length === 2, 8000, 'the pool refilled by the new leader'));
     expect(max).toBeLessThanOrEqual(2);
+    await old.stop();
   });
 
   it('the orphan sweep runs on the leader only: a run Job whose execution is gone is deleted once a leader sweeps', async () => {
