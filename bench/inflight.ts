@@ -22,7 +22,7 @@
 import { fork } from 'node:child_process';
 import { loadavg } from 'node:os';
 import { FakeKube } from '../test/support/fake-kube/server.ts';
-import { outputTar } from '../test/support/fake-kube/tar.ts';
+import { sampleOutputTar } from './kubernetes.ts';
 import { ms, quantile } from './stats.ts';
 
 const FINISH_EVERY_MS = 10;
@@ -80,14 +80,7 @@ export async function benchInflight(opts: { levels: number[]; say: (s: string) =
       };
       listeners.add(l);
     });
-  const tar = await outputTar({
-    phase: 'completed',
-    stdout: 'hello\n'.repeat(100),
-    stderr: '',
-    report: { phase: 'completed', exit_code: 0, execution_ms: 5 },
-    result: '{"ok": true}',
-    files: { 'out.csv': 'a,b\n'.repeat(1000) },
-  });
+  const tar = await sampleOutputTar();
   const sample = async () => {
     const p = next('sample');
     child.send({ op: 'sample' });

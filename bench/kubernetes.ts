@@ -46,14 +46,7 @@ export async function measureKubernetes(opts: KubernetesBenchOptions): Promise<K
   const rt = createKubernetesRuntime(config, { kubeConfig: fake.kubeConfig(), runnerSource: '# runner\n' });
   await rt.start();
   const jobType = fromConfig(v.parse(JobTypeConfigSchema, { name: 'default' }));
-  const tar = await outputTar({
-    phase: 'completed',
-    stdout: 'hello\n'.repeat(100),
-    stderr: '',
-    report: { phase: 'completed', exit_code: 0, execution_ms: 5 },
-    result: '{"ok": true}',
-    files: { 'out.csv': 'a,b\n'.repeat(1000) },
-  });
+  const tar = await sampleOutputTar();
   const overheads: number[] = [];
   const calls: number[] = [];
   const byKind: Record<string, number> = {};
@@ -123,4 +116,16 @@ const isMain = import.meta.url === `file://${process.argv[1]}`;
 if (isMain) {
   const runs = Number(process.env.BENCH_RUNS ?? 100);
   await benchKubernetes({ runs, say: (l) => console.log(l) });
+}
+
+/** The `/output` of one benchmark run (100 lines of stdout, a result, a 4 KB file), as the collector streams it. */
+export function sampleOutputTar(): Promise<Buffer> {
+  return outputTar({
+    phase: 'completed',
+    stdout: 'hello\n'.repeat(100),
+    stderr: '',
+    report: { phase: 'completed', exit_code: 0, execution_ms: 5 },
+    result: '{"ok": true}',
+    files: { 'out.csv': 'a,b\n'.repeat(1000) },
+  });
 }

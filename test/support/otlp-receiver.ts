@@ -5,6 +5,7 @@
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { startTracing, type Tracing } from '../../src/tracing/setup.ts';
 
 /** One decoded span. */
 export interface ReceivedSpan {
@@ -128,5 +129,18 @@ export class OtlpReceiver {
 
   async close(): Promise<void> {
     await new Promise<void>((r) => this.server.close(() => r()));
+  }
+}
+
+/**
+ * Starts the service's tracing exporting to `receiver`: the SDK reads its settings from the
+ * environment when it starts (the service's own way), so the endpoint is set only for that moment.
+ */
+export async function startTracingTo(receiver: OtlpReceiver): Promise<Tracing> {
+  process.env.OTEL_EXPORTER_OTLP_ENDPOINT = receiver.url;
+  try {
+    return await startTracing({ version: 'test' });
+  } finally {
+    delete process.env.OTEL_EXPORTER_OTLP_ENDPOINT;
   }
 }

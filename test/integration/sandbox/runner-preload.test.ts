@@ -9,6 +9,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { RUNNER_PATH } from '../../../src/sandbox/paths.ts';
+import { UDS_ECHO } from '../../support/uds-echo.ts';
 
 const PY = '/usr/bin/python3';
 const CLEAN = { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: '/tmp', TMPDIR: '/tmp', LANG: 'C.UTF-8' };
@@ -126,19 +127,3 @@ for name in ('bad', 'nosuchmod'):
     }
   });
 });
-
-/** Answers one HTTP request on the Unix socket argv[1] with its request line. */
-const UDS_ECHO = `
-import socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.bind(sys.argv[1])
-s.listen(1)
-print('ready', flush=True)
-c, _ = s.accept()
-head = b''
-while b'\\r\\n\\r\\n' not in head:
-    head += c.recv(4096)
-body = b'via uds: ' + head.split(b'\\r\\n')[0]
-c.sendall(b'HTTP/1.0 200 OK\\r\\nContent-Length: %d\\r\\n\\r\\n' % len(body) + body)
-c.close()
-`;

@@ -8,6 +8,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { RUNNER_PATH } from '../../../src/sandbox/paths.ts';
 import { RUNNER_NOT_DELIVERED_EXIT } from '../../../src/runtime/run-output.ts';
+import { UDS_ECHO } from '../../support/uds-echo.ts';
 
 const PY = '/usr/bin/python3';
 const CLEAN = { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: '/tmp', TMPDIR: '/tmp', LANG: 'C.UTF-8' };
@@ -399,19 +400,3 @@ print(urllib.request.urlopen('http://api.example.test/x?y=1', timeout=10).read()
     expect(runRunner('print(1)', ['--egress-proxy', sock, '--exec']).status).toBe(125);
   });
 });
-
-/** Answers one HTTP request on the Unix socket argv[1] with its request line. */
-const UDS_ECHO = `
-import os, socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.bind(sys.argv[1])
-s.listen(1)
-print('ready', flush=True)
-c, _ = s.accept()
-head = b''
-while b'\\r\\n\\r\\n' not in head:
-    head += c.recv(4096)
-body = b'via uds: ' + head.split(b'\\r\\n')[0]
-c.sendall(b'HTTP/1.0 200 OK\\r\\nContent-Length: %d\\r\\n\\r\\n' % len(body) + body)
-c.close()
-`;

@@ -8,11 +8,11 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { POOL_LABELS } from '../../../src/runtime/kubernetes/pool/pool-plan.ts';
 import { jobNameFor } from '../../../src/runtime/kubernetes/names.ts';
-import { startTracing, type Tracing } from '../../../src/tracing/setup.ts';
+import type { Tracing } from '../../../src/tracing/setup.ts';
 import { freshDatabase, type TestDatabase } from '../../support/db.ts';
 import { FakeKube } from '../../support/fake-kube/server.ts';
 import { useFakeKubeconfig } from '../../support/kube-runtime.ts';
-import { OtlpReceiver } from '../../support/otlp-receiver.ts';
+import { OtlpReceiver, startTracingTo } from '../../support/otlp-receiver.ts';
 import { startTestService, type TestService } from '../../support/service.ts';
 
 type J = Record<string, any>;
@@ -25,12 +25,7 @@ let restoreKubeconfig: (() => void) | undefined;
 
 beforeAll(async () => {
   receiver = await OtlpReceiver.start();
-  process.env.OTEL_EXPORTER_OTLP_ENDPOINT = receiver.url;
-  try {
-    tracing = await startTracing({ version: 'test' });
-  } finally {
-    delete process.env.OTEL_EXPORTER_OTLP_ENDPOINT;
-  }
+  tracing = await startTracingTo(receiver);
   fake = await FakeKube.start();
   fake.addRuntimeClass('gvisor');
   fake.upsertJobType('sandpod', 'default', { pythonVersion: '3.11', memoryLimit: '256m', cpuLimit: 0.5, timeout: 20 });

@@ -6,8 +6,8 @@
 import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../../../src/logger.ts';
-import { startTracing, type Tracing } from '../../../src/tracing/setup.ts';
-import { OtlpReceiver } from '../../support/otlp-receiver.ts';
+import type { Tracing } from '../../../src/tracing/setup.ts';
+import { OtlpReceiver, startTracingTo } from '../../support/otlp-receiver.ts';
 import { buildWheels } from '../../support/wheel.ts';
 import { startTestService, type TestService } from '../../support/service.ts';
 
@@ -17,13 +17,7 @@ let svc: TestService;
 
 beforeAll(async () => {
   receiver = await OtlpReceiver.start();
-  // The SDK reads its settings from the environment when it starts (the service's own way).
-  process.env.OTEL_EXPORTER_OTLP_ENDPOINT = receiver.url;
-  try {
-    tracing = await startTracing({ version: 'test' });
-  } finally {
-    delete process.env.OTEL_EXPORTER_OTLP_ENDPOINT;
-  }
+  tracing = await startTracingTo(receiver);
   svc = await startTestService();
 }, 120_000);
 

@@ -7,8 +7,8 @@ import { randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { startTracing, type Tracing } from '../../../src/tracing/setup.ts';
-import { OtlpReceiver } from '../../support/otlp-receiver.ts';
+import type { Tracing } from '../../../src/tracing/setup.ts';
+import { OtlpReceiver, startTracingTo } from '../../support/otlp-receiver.ts';
 import { startTestService, type TestService } from '../../support/service.ts';
 
 let otlp: OtlpReceiver;
@@ -25,12 +25,7 @@ const hooks = createServer((req, res) => {
 
 beforeAll(async () => {
   otlp = await OtlpReceiver.start();
-  process.env.OTEL_EXPORTER_OTLP_ENDPOINT = otlp.url;
-  try {
-    tracing = await startTracing({ version: 'test' });
-  } finally {
-    delete process.env.OTEL_EXPORTER_OTLP_ENDPOINT;
-  }
+  tracing = await startTracingTo(otlp);
   await new Promise<void>((r) => hooks.listen(0, '127.0.0.1', r));
   const port = (hooks.address() as AddressInfo).port;
   svc = await startTestService({ webhooks: { secrets: [`whsec_${randomBytes(32).toString('base64')}`], allowed_hosts: [`127.0.0.1:${port}`] } });
