@@ -18,6 +18,7 @@ import type { Logger } from '../logger.ts';
 import { runEnv, type Runtime, type SessionSandbox } from '../runtime/runtime.ts';
 import type { Db, ExecutionRow, SessionRow } from '../store/database.ts';
 import { endSession, getSession, heartbeatSessions, insertSession, listSessions, liveSessionCount, liveSessions, updateLiveSession } from '../store/sessions.repository.ts';
+import { SessionStreams } from './event-stream.ts';
 import { admitSession, afterCell, decideExpiry, decideOrphan, sessionSettings, type EndReason, type SessionStatus } from './decide.ts';
 
 /** Options of {@link SessionManager}. */
@@ -67,10 +68,13 @@ export class SessionManager {
   private admission: Promise<unknown> = Promise.resolve();
   private readonly sweepMs: number;
   private readonly staleMs: number;
+  /** `GET /sessions/{id}/events` (event-stream.ts): told when a cell's record exists and when a session ends. */
+  readonly streams: SessionStreams;
 
   constructor(private readonly o: SessionManagerOptions) {
     this.sweepMs = o.sweepMs ?? 1000;
     this.staleMs = o.staleMs ?? 5 * this.sweepMs;
+    this.streams = new SessionStreams(o.db);
   }
 
   private now(): Date {
@@ -79,6 +83,7 @@ export class SessionManager {
 
   /** Settles what an earlier process left, then sweeps every `sweepMs`. */
   async start(): Promise<void> {
+    await this.streams.start();
     await this.sweep();
     this.timer = setInterval(() => void this.sweep().catch((err) => this.o.logger.warn({ err: String(err) }, 'session sweep failed')), this.sweepMs);
     this.timer.unref();
@@ -89,6 +94,7 @@ export class SessionManager {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
     await Promise.all([...this.live.keys()].map((id) => this.finish(id, 'service_restart')));
+    await this.streams.stop();
   }
 
   /** Creates a session and starts its sandbox (SPEC-style 201 body from `sessionView`). */
@@ -185,8 +191,9 @@ export class SessionManager {
     live.cells = cellNo;
     try {
       await updateLiveSession(db.kysely, id, { status: 'busy', running_cell_id: cellRow.id, cells: cellNo });
-      const record = await executions.runCell(cellRow, (spec, options) =>
-        live.sandbox.runCell({
+      const record = await executions.runCell(cellRow, (spec, options) => {
+        this.streams.notify(id);
+        return live.sandbox.runCell({
           cell: cellNo,
           code: spec.code,
           inputJson: spec.inputJson,
@@ -195,8 +202,8 @@ export class SessionManager {
           maxArtifactBytes: spec.maxArtifactBytes,
           onOutput: options.onOutput,
           env: runEnv(spec),
-        }),
-      );
+        });
+      });
       return { record, cell: cellNo };
     } finally {
       live.running = null;
@@ -228,6 +235,7 @@ export class SessionManager {
       this.live.delete(id);
     }
     await endSession(this.o.db.kysely, id, reason, this.now());
+    this.streams.notify(id);
     if (live) await live.sandbox.destroy().catch((err) => this.o.logger.warn({ session_id: id, err: String(err) }, 'session sandbox teardown failed'));
     this.o.logger.info({ session_id: id, reason }, 'session ended');
   }
@@ -244,7 +252,7 @@ export class SessionManager {
       if (mine && expired) await this.finish(r.id, expired);
       else if (!mine && r.owner !== this.o.executions.workerId) {
         const orphan = decideOrphan({ status: clock.status, heartbeatAt: new Date(r.heartbeat_at).getTime() }, now, this.staleMs);
-        if (orphan) await endSession(db, r.id, orphan, new Date(now));
+        if (orphan && (await endSession(db, r.id, orphan, new Date(now)))) this.streams.notify(r.id);
       }
     }
   }

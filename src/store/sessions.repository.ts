@@ -1,7 +1,7 @@
 /** Sessions (issue 19): rows, guarded status changes, the live count for admission, pages. */
 import { sql } from 'kysely';
 import type { Insertable, Updateable } from 'kysely';
-import type { SessionRow, SessionsTable } from './database.ts';
+import type { ExecutionRow, SessionRow, SessionsTable } from './database.ts';
 import type { Q } from './executions.repository.ts';
 
 /** Inserts a session. */
@@ -47,4 +47,9 @@ export async function listSessions(db: Q, f: { status?: string | undefined; limi
   if (f.status) q = q.where('status', '=', f.status);
   const rows = await q.orderBy('created_at', 'desc').orderBy('id', 'desc').limit(f.limit + 1).offset(f.offset).execute();
   return { rows: rows.slice(0, f.limit), hasMore: rows.length > f.limit };
+}
+
+/** The record of the session's first cell numbered `from` or later (a cell whose record was never written leaves a gap). */
+export async function nextCellRecord(db: Q, sessionId: string, from: number): Promise<ExecutionRow | undefined> {
+  return db.selectFrom('executions').selectAll().where('session_id', '=', sessionId).where('cell', '>=', from).orderBy('cell').limit(1).executeTakeFirst();
 }

@@ -251,7 +251,7 @@ describe('every operation answers as the document says', () => {
     await check('delete', '/dlq/{id}', await svc.app.request('/dlq/abc', { method: 'DELETE' }));
   });
 
-  it('sessions: create, list, one, a cell, files (PUT, GET, HEAD, list, DELETE), close', async () => {
+  it('sessions: create, list, one, a cell, files (PUT, GET, HEAD, list, DELETE), close, events', async () => {
     const s = await check('post', '/sessions', await post('/sessions', {}));
     const id = s.session_id as string;
     await check('get', '/sessions', await get('/sessions'));
@@ -265,6 +265,9 @@ describe('every operation answers as the document says', () => {
     await check('head', '/sessions/{id}/files/{name}', await svc.app.request(file, { method: 'HEAD' }));
     await check('delete', '/sessions/{id}/files/{name}', await svc.app.request(file, { method: 'DELETE' }));
     await check('delete', '/sessions/{id}', await svc.app.request(`/sessions/${id}`, { method: 'DELETE' }));
+    await check('get', '/sessions/{id}/events', await get(`/sessions/${id}/events`));
+    await check('get', '/sessions/{id}/events', await get(`/sessions/${id}/events`, { 'Last-Event-ID': 'x' }));
+    await check('get', '/sessions/{id}/events', await get('/sessions/nope/events'));
   }, 120_000);
 
   it('with the circuit breaker open: POST /execute 503 with the §2.2 body, /health 503 degraded', async () => {
