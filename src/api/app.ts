@@ -25,6 +25,7 @@ import { openapiRoutes } from './routes/openapi.ts';
 import { poolRoutes } from './routes/pool.ts';
 import { uiRoutes } from './routes/ui.ts';
 import { deliveryRoutes } from './routes/deliveries.ts';
+import { mcpRoutes } from '../mcp/server.ts';
 
 /** Builds the app over its dependencies. */
 export function createApp(deps: AppDeps): Hono<AppEnv> {
@@ -56,6 +57,8 @@ export function createApp(deps: AppDeps): Hono<AppEnv> {
   app.route('/', sessionRoutes(deps));
   app.route('/', sessionFileRoutes(deps));
   app.route('/', poolRoutes(deps));
+  // The Model Context Protocol (src/mcp/server.ts): its tools call the routes above in process.
+  app.route('/', mcpRoutes(deps, () => app));
   app.route('/', metricsRoutes(deps));
   app.route('/', openapiRoutes(deps, () => app));
   app.notFound((c) => errorResponse(new AppError('not_found', `no route for ${c.req.method} ${c.req.path}`), c));
