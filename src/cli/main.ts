@@ -14,6 +14,7 @@ import { Command, CommanderError, Option } from 'commander';
 import { parse as parseExact, stringify as stringifyExact } from 'lossless-json';
 import { createSandpodClient, unwrap, type ExecutionRecordFull, type SandpodClient } from '../client/index.ts';
 import { followJob, type OutputSink } from './follow.ts';
+import { mcpCommand } from './mcp.ts';
 import { describeError, EXIT, exitCodeOf, formatBytes, formatDuration, Spinner, table, UsageError } from './output.ts';
 
 const DEFAULT_URL = 'http://127.0.0.1:8000';
@@ -368,6 +369,8 @@ export function buildProgram(onExit: (code: number) => void): Command {
         onExit(EXIT.failed);
       }
     });
+
+  program.addCommand(mcpCommand(VERSION).exitOverride());
 
   return program;
 }
