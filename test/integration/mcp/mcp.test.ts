@@ -176,7 +176,7 @@ describe.skipIf(!asRoot)('MCP with API tokens', () => {
     expect((await ok(client, 'list_job_types')).job_types.length).toBeGreaterThan(0);
   });
 
-  it('/mcp without a valid token is 401 like the API; GET is 405 (stateless)', async () => {
+  it('/mcp without a valid token is 401 like the API; GET is 405 (stateless); not in the OpenAPI document', async () => {
     const init = { method: 'POST', headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' }, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }) };
     const none = await fetch(`${served.url}/mcp`, init);
     expect(none.status).toBe(401);
@@ -188,6 +188,10 @@ describe.skipIf(!asRoot)('MCP with API tokens', () => {
     await expect(httpClient(served.url)).rejects.toThrow(/401|nauthorized/);
     await expect(httpClient(served.url, 'not-the-token-0123456789')).rejects.toThrow(/401|nauthorized/);
     expect((await fetch(`${served.url}/mcp`, { headers: auth })).status).toBe(405);
+    // JSON-RPC under MCP's own schema: not a REST operation of the OpenAPI document.
+    const doc = (await (await fetch(`${served.url}/openapi.json`, { headers: auth })).json()) as { paths: Record<string, unknown> };
+    expect(Object.keys(doc.paths)).toContain('/sessions/{id}/execute');
+    expect(Object.keys(doc.paths)).not.toContain('/mcp');
   });
 
   it('over stdio (`sandpod mcp --url --token`): the tools, a run with its artifact, a session', async () => {
