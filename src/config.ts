@@ -145,6 +145,11 @@ export const ConfigSchema = v.pipe(
     max_body_bytes: v.optional(int(1024), 2 * 1024 * 1024),
     /** Seconds SIGTERM waits for running work before exiting. */
     shutdown_grace_seconds: v.optional(int(0, 3600), 30),
+    /**
+     * A process holding runs renews its liveness lease every heartbeat (2 s) on the database's clock;
+     * only once it has not for this long may another process take its runs over (queue/leases.ts).
+     */
+    holder_lease_seconds: v.optional(int(1, 3600), 30),
     runtime: v.optional(v.picklist(['local', 'kubernetes']), 'local'),
     /** Run queued jobs in this process. False makes an API-only replica that only accepts and serves. */
     dispatch: v.optional(v.boolean(), true),

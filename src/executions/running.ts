@@ -15,7 +15,7 @@ import type { Claims, GiveBack } from '../queue/claims.ts';
 import type { Holders } from '../queue/holders.ts';
 import type { Slots } from '../queue/slots.ts';
 import type { RunGuard } from '../resilience/guard.ts';
-import { RunGoneError, type RawRun, type Runtime, type RunSpec } from '../runtime/runtime.ts';
+import { FencedError, RunGoneError, type RawRun, type Runtime, type RunSpec } from '../runtime/runtime.ts';
 import { insertArtifacts, type NewArtifact } from '../store/artifacts.repository.ts';
 import { isDatabaseUnavailable, type Database, type Db, type ExecutionRow, type ExecutionUpdate, type NewExecutionRow } from '../store/database.ts';
 import { insertDlq } from '../store/dlq.repository.ts';
@@ -32,10 +32,9 @@ import { EVENTS_CHANNEL, RunEventWriter } from './events.ts';
 import { isTerminal } from './status.ts';
 import { inputFileArtifacts, loadInputFiles, type InputFile } from './input-files.ts';
 import { specOf, type CellRunner, type ExecuteOptions, type SpecRow } from './run-spec.ts';
+import { DLQ_ERROR_TYPES, internalClassification, isEngineFailure } from './outcome.ts';
+export { DLQ_ERROR_TYPES, isEngineFailure } from './outcome.ts';
 export type { CellRunner } from './run-spec.ts';
-
-/** Error types whose runs are put in the dead letter queue (SPEC §7.3 rule 7). */
-export const DLQ_ERROR_TYPES = new Set(['internal_error', 'service_unavailable', 'docker_error', 'config_error']);
 
 /** Observers for metrics; all optional. */
 export interface ExecutionEvents {
@@ -70,7 +69,9 @@ export interface RunningOptions {
 type Outcome =
   | { kind: 'ran'; raw: RawRun; attempts: number }
   | { kind: 'internal'; type: string; message: string; attempts: number; unretryable?: boolean }
-  | { kind: 'gone' };
+  | { kind: 'gone' }
+  /** Another process took the run over (queue/holders.ts, fencing): nothing is written. */
+  | { kind: 'fenced' };
 
 /** Runs held records and settles them. */
 export class Running {
@@ -162,6 +163,13 @@ export class Running {
       rt.stages(outcome.kind === 'ran' ? outcome.raw : null, { createdAt: new Date(row.created_at).getTime(), claimedAt, returnedAt: this.o.clock.now() });
       // The sandbox is gone: its worker slot can serve the next job while this one is recorded.
       opts.release?.();
+      if (outcome.kind === 'fenced' || (signal.aborted && signal.reason === 'fenced')) {
+        // Its new holder resumes the events and writes the verdict; what is pending here is dropped.
+        await events.closeForSettle();
+        log.warn({ phase: row.phase }, 'attempt stopped: the run was taken over by another process; its result is not recorded here');
+        return (await getExecution(this.o.db.kysely, row.id)) ?? row;
+      }
+      holders.finishing(row.id);
       if (outcome.kind === 'gone') {
         await events.close();
         return await this.whileUnavailable(signal, log, () => this.settleGone(row, log));
@@ -213,7 +221,7 @@ export class Running {
       try {
         return await write();
       } catch (err) {
-        if (!isDatabaseUnavailable(err) || (signal.aborted && signal.reason === 'shutdown')) throw err;
+        if (!isDatabaseUnavailable(err) || (signal.aborted && (signal.reason === 'shutdown' || signal.reason === 'fenced'))) throw err;
         if (!warned) log.warn({ err: errorMessage(err) }, 'database unavailable; keeping the result until it is back');
         warned = true;
         await new Promise((r) => setTimeout(r, delay));
@@ -222,7 +230,7 @@ export class Running {
   }
 
   /** Requeue or settle after a run the machinery may have failed (`requeue.ts`). */
-  private afterFault(row: ExecutionRow, outcome: Exclude<Outcome, { kind: 'gone' }>, started: boolean, signal: AbortSignal): AfterFault {
+  private afterFault(row: ExecutionRow, outcome: Exclude<Outcome, { kind: 'gone' | 'fenced' }>, started: boolean, signal: AbortSignal): AfterFault {
     // Started here, or (an adopted run) by the process that held it before.
     const userCodeStarted = started || row.phase === 'execution' || (outcome.kind === 'ran' && outcome.raw.observation.phase !== 'startup');
     let kind: FaultFacts['kind'] = 'other';
@@ -262,11 +270,12 @@ export class Running {
       if (phase === 'execution' && row.mode === 'async') void updateExecutionIf(db.kysely, row.id, ['running'], { phase }, workerId).catch(() => {});
     };
     const onOutput = (stream: 'stdout' | 'stderr', chunk: Uint8Array) => events.output(stream, chunk);
-    const res = await this.o.guard.run(() => (runner ?? runtime.run.bind(runtime))(spec, { signal, onPhase, onOutput, adopt }), {
+    const confirmHeld = () => this.o.holders.confirmHeld(row.id);
+    const res = await this.o.guard.run(() => (runner ?? runtime.run.bind(runtime))(spec, { signal, onPhase, onOutput, adopt, confirmHeld }), {
       isEngineFailure,
       // Nothing to re-attach to says nothing about the engine: a restart adopting many lost runs must
       // not open the circuit for everyone.
-      isNeutral: (err) => err instanceof RunGoneError,
+      isNeutral: (err) => err instanceof RunGoneError || err instanceof FencedError,
       retryable: () => !signal.aborted,
       onRetry: (n, err, delay) => log.warn({ attempt: n, delay_ms: delay, err: errorMessage(err) }, 'engine failure; retrying'),
     });
@@ -276,6 +285,7 @@ export class Running {
       return { kind: 'internal', type: 'service_unavailable', message: `${res.error.message}${last}`, attempts: res.attempts };
     }
     if (res.error instanceof RunGoneError) return { kind: 'gone' };
+    if (res.error instanceof FencedError) return { kind: 'fenced' };
     log.error({ err: res.error, attempts: res.attempts }, 'engine failed');
     return {
       kind: 'internal',
@@ -287,7 +297,7 @@ export class Running {
   }
 
   /** Writes the verdict once (guarded on status `running` and our claim), with artifacts and DLQ. */
-  private async finalize(row: ExecutionRow, outcome: Exclude<Outcome, { kind: 'gone' }>, log: Logger, lastEvents: NewRunEvent[] = [], failedBeforeStart = false): Promise<ExecutionRow> {
+  private async finalize(row: ExecutionRow, outcome: Exclude<Outcome, { kind: 'gone' | 'fenced' }>, log: Logger, lastEvents: NewRunEvent[] = [], failedBeforeStart = false): Promise<ExecutionRow> {
     const { db, workerId } = this.o;
     const now = new Date(this.o.clock.now());
     const raw = outcome.kind === 'ran' ? outcome.raw : null;
@@ -377,21 +387,4 @@ export class Running {
       log,
     );
   }
-}
-
-/** A resolved run counts against the breaker when the machinery (not the user's code) failed. */
-export function isEngineFailure(raw: RawRun): boolean {
-  const t = raw.observation.infraError?.type;
-  return t === 'internal_error' || t === 'docker_error';
-}
-
-function internalClassification(type: string, message: string): Classification {
-  return {
-    status: 'failed',
-    exitCode: null,
-    error: { type, message },
-    output: null,
-    timing: { startup_ms: 0, dep_install_ms: 0, execution_ms: 0, total_ms: 0, phase_at_exit: 'startup' },
-    resourceUsage: { max_rss_mb: 0, cpu_time_ms: 0, wall_time_ms: 0 },
-  };
 }

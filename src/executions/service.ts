@@ -33,7 +33,7 @@ export interface ExecutionsOptions extends Pick<RunningOptions, 'db' | 'registry
   slots: Slots;
   workerId?: string;
   clock?: Clock;
-  /** Heartbeat period of held runs; a holder silent for 5 periods is presumed dead. */
+  /** Heartbeat (and holder lease renewal) period of held runs. */
   heartbeatMs?: number;
 }
 
@@ -61,7 +61,7 @@ export class Executions {
     const workerId = this.workerId;
     this.submissions = new Submissions({ db, registry: o.registry, config: o.config, clock, notifier });
     this.claims = new Claims({ db, workerId, clock, notifier });
-    this.holders = new Holders({ db, workerId, clock, logger, heartbeatMs: this.heartbeatMs, onAdopted: (row) => this.running.execute(row, { adopt: true }) });
+    this.holders = new Holders({ db, workerId, clock, logger, heartbeatMs: this.heartbeatMs, leaseMs: o.config.holder_lease_seconds * 1000, onAdopted: (row) => this.running.execute(row, { adopt: true }) });
     this.running = new Running({ ...o, clock, workerId, holders: this.holders, claims: this.claims, events: o.events });
   }
 

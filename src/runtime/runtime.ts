@@ -190,11 +190,31 @@ export interface RunOptions {
    * run left no trace (never created, or already garbage-collected).
    */
   adopt?: boolean;
+  /**
+   * Whether the run is still this process's (the service's holder lease and claim, queue/holders.ts):
+   * asked before each step that would start the program (creating a Job, handing a program to a pod).
+   * False: another process took the run over; the runtime starts nothing and rejects with
+   * {@link FencedError}. An abort with reason `fenced` means the same once the run is under way: the
+   * runtime lets go of it without stopping what the new holder re-attaches to (the Kubernetes Job), or
+   * stops it where nobody can re-attach (a local sandbox).
+   */
+  confirmHeld?: () => Promise<boolean>;
 }
 
 /** Thrown by `run(..., { adopt: true })` when there is nothing to re-attach to. */
 export class RunGoneError extends Error {
   override readonly name = 'RunGoneError';
+}
+
+/** The run was taken over by another process: this attempt stopped without starting or settling anything. */
+export class FencedError extends Error {
+  override readonly name = 'FencedError';
+}
+
+/** Rejects with {@link FencedError} unless the run is still ours (see {@link RunOptions.confirmHeld}). */
+export async function assertHeld(options: RunOptions, what: string): Promise<void> {
+  if (options.signal?.aborted && options.signal.reason === 'fenced') throw new FencedError(`the run was taken over by another process before ${what}`);
+  if (options.confirmHeld && !(await options.confirmHeld())) throw new FencedError(`the run was taken over by another process before ${what}`);
 }
 
 

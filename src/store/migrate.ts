@@ -13,6 +13,7 @@ import * as m0007 from './migrations/0007_webhooks.ts';
 import * as m0008 from './migrations/0008_trace_id.ts';
 import * as m0009 from './migrations/0009_input_files.ts';
 import * as m0010 from './migrations/0010_sessions.ts';
+import * as m0011 from './migrations/0011_holder_leases.ts';
 
 /** Static provider: migrations are imported, so bundling and tsx both find them. */
 const provider: MigrationProvider = {
@@ -28,6 +29,7 @@ const provider: MigrationProvider = {
       '0008_trace_id': m0008,
       '0009_input_files': m0009,
       '0010_sessions': m0010,
+      '0011_holder_leases': m0011,
     };
   },
 };

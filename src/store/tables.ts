@@ -194,7 +194,15 @@ export interface SessionsTable {
 }
 
 /** All tables. */
+/** A holder's liveness lease (src/queue/leases.ts): renewed on the database's clock. */
+export interface HolderLeasesTable {
+  holder: string;
+  expires_at: Timestamp;
+  renewed_at: GeneratedTimestamp;
+}
+
 export interface Database {
+  holder_leases: HolderLeasesTable;
   sessions: SessionsTable;
   executions: ExecutionsTable;
   artifacts: ArtifactsTable;

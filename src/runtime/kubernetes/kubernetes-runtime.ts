@@ -10,7 +10,7 @@
  * queue retries its own calls with backoff, outside the breaker.
  */
 import { readFileSync } from 'node:fs';
-import type { KubeConfig, V1Job } from '@kubernetes/client-node';
+import type { KubeConfig } from '@kubernetes/client-node';
 import { systemClock, type Clock } from '../../clock.ts';
 import type { Config } from '../../config.ts';
 import { KubeApi, defaultKubeConfig } from '../../kube/index.ts';
@@ -20,7 +20,7 @@ import { baseObservation, emptyRun } from '../run-output.ts';
 import path from 'node:path';
 import { patchJobTypeStatus } from '../../jobtypes/kubernetes-registry.ts';
 import { KubernetesBuilder } from './builds/builder.ts';
-import { RunGoneError, type Builder, type LeadershipStatus, type WarmPoolStats, type RawRun, type RunOptions, type RunSpec, type Runtime, type RuntimeHealth, type RuntimeHooks } from '../runtime.ts';
+import { assertHeld, type Builder, type LeadershipStatus, type WarmPoolStats, type RawRun, type RunOptions, type RunSpec, type Runtime, type RuntimeHealth, type RuntimeHooks } from '../runtime.ts';
 import type { JobType } from '../../jobtypes/job-type.ts';
 import { buildJob } from './runs/build-job.ts';
 import { EgressCredentials } from './runs/egress.ts';
@@ -31,7 +31,8 @@ import { RuntimeClassLookup } from './runtime-class.ts';
 import { WarmPool } from './pool/pool.ts';
 import { RunController } from './runs/controller.ts';
 import { newRunState, toMs } from './runs/decide.ts';
-import { LABELS, executionLabel, jobNameFor } from './names.ts';
+import { executionLabel, jobNameFor } from './names.ts';
+import { earlierJob, type EarlierJobDeps } from './runs/earlier-job.ts';
 import { POOL_LABELS, poolable } from './pool/pool-plan.ts';
 import { AttachedRuns, awaitTracked } from './runs/attached.ts';
 import { defaultOutputLimits } from './runs/output-tar.ts';
@@ -114,6 +115,7 @@ class KubernetesRuntime implements Runtime {
   readonly builder?: Builder;
   private pool: WarmPool | null = null;
   private leader: Leadership | null = null;
+  private readonly earlierDeps: EarlierJobDeps;
 
   constructor(
     private readonly config: Config,
@@ -158,6 +160,7 @@ class KubernetesRuntime implements Runtime {
       ...(t.podGoneGraceMs !== undefined ? { podGoneGraceMs: t.podGoneGraceMs } : {}),
       ...(t.handOverTimeoutMs !== undefined ? { handOverTimeoutMs: t.handOverTimeoutMs } : {}),
     });
+    this.earlierDeps = { api: this.api, controller: this.controller, attached: this.attached, ns: this.ns, instance: config.kubernetes.instance, log: this.log };
     if (config.kubernetes.build_registry) {
       this.builder = new KubernetesBuilder({
         config,
@@ -285,28 +288,21 @@ class KubernetesRuntime implements Runtime {
     let startedAt = this.clock.now();
     let jobSeen = false;
 
+    // An earlier holder's Job of this execution, if any (runs/earlier-job.ts): re-attached, never doubled.
+    const adopted = await earlierJob(this.earlierDeps, spec.executionId, key, jobName, options.adopt ?? false);
     // Adopting creates nothing but a missing Secret, whose contents do not depend on the RuntimeClass.
-    const runtimeClassName = options.adopt ? await this.runtimeClass.forRun().catch(() => null) : await this.runtimeClass.forRun();
+    const runtimeClassName = adopted ? await this.runtimeClass.forRun().catch(() => null) : await this.runtimeClass.forRun();
     const { secret, job } = buildJob(spec, spec.jobType, this.config, {
       runtimeClassName: runtimeClassName === false ? null : runtimeClassName,
       runnerSource: this.runner(),
       egressProxy: await this.egress.forJob(spec),
     });
 
-    let adopted: V1Job | null = null;
-    if (options.adopt) {
-      adopted = (await this.api.getJob(this.ns, jobName)) ?? this.claimedPoolJob(key);
-      if (!adopted) throw new RunGoneError(`no Job ${jobName} for execution ${spec.executionId}`);
-      // A pod whose program never reached it (the process that was handing it over died) would wait
-      // for a go line until its deadline: it goes, and the run starts again (nothing of it ran).
-      if ((await this.attached.handedOver(adopted)) === false) {
-        await this.api.deleteJob(this.ns, adopted.metadata?.name ?? jobName).catch(() => undefined);
-        throw new RunGoneError(`the program of execution ${spec.executionId} never reached its pod`);
-      }
+    if (adopted) {
       startedAt = toMs(adopted.metadata?.creationTimestamp) ?? startedAt;
       jobSeen = true;
     } else {
-      if (options.signal?.aborted) return cancelledBeforeStart(startedAt);
+      if (options.signal?.aborted && options.signal.reason !== 'fenced') return cancelledBeforeStart(startedAt);
       if (runtimeClassName === false) {
         return infraFailure(startedAt, 'config_error', `security_mode strict requires RuntimeClass ${this.config.kubernetes.runtime_class}, which does not exist in the cluster`);
       }
@@ -346,6 +342,7 @@ class KubernetesRuntime implements Runtime {
         // A claimed pool pod has no Secret: its program came through attach.
         if (!finished && !adopted.metadata?.labels?.[POOL_LABELS.pool]) await ensureSecret(this.api, this.ns, secret, adopted);
       } else {
+        await assertHeld(options, 'creating its Job');
         const owner = await ensureJob(this.api, this.ns, job, jobName);
         // From now on the controller takes only this Job and its pods as the run's: a Job of the
         // same name from an earlier attempt, and its pod, may still be terminating.
@@ -365,11 +362,6 @@ class KubernetesRuntime implements Runtime {
 
     // Cancellation is heard only now: a cancel during the creates would delete a Job not yet made.
     return awaitTracked(this.controller, key, tracked, options.signal);
-  }
-
-  /** A pool Job claimed for this execution (adoption after a restart: its name is not the run's). */
-  private claimedPoolJob(key: string): V1Job | null {
-    return this.controller.jobs.list().find((j) => j.metadata?.labels?.[LABELS.executionId] === key && j.metadata?.labels?.[POOL_LABELS.pool]) ?? null;
   }
 
   /** The runner text, read once. */

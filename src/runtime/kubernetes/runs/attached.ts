@@ -10,7 +10,7 @@ import type { Clock } from '../../../clock.ts';
 import type { Config } from '../../../config.ts';
 import { upgradeRefused, type KubeApi } from '../../../kube/index.ts';
 import type { Logger } from '../../../logger.ts';
-import type { RawRun, RunOptions, RunSpec } from '../../runtime.ts';
+import { assertHeld, FencedError, type RawRun, type RunOptions, type RunSpec } from '../../runtime.ts';
 import type { RunController } from './controller.ts';
 import { afterHandOverFailure, newRunState } from './decide.ts';
 import { CONTAINERS, LABELS, jobNameFor } from '../names.ts';
@@ -44,12 +44,19 @@ export interface AttachedRunsDeps {
   handOverTimeoutMs?: number;
 }
 
-/** Waits for a tracked run; an abort from here on cancels it (the controller deletes its Job). */
+/**
+ * Waits for a tracked run; an abort from here on cancels it (the controller deletes its Job), except
+ * an abort because the run was taken over (`fenced`): this process lets go of the run and leaves its
+ * Job and pod to the new holder, which re-attaches to them.
+ */
 export async function awaitTracked(controller: RunController, key: string, tracked: Promise<RawRun>, signal: AbortSignal | undefined): Promise<RawRun> {
-  const onAbort = () => controller.cancel(key);
+  const onAbort = () => {
+    if (signal?.reason === 'fenced') controller.untrack(key, new FencedError('the run was taken over by another process; its Job is left to it'));
+    else controller.cancel(key);
+  };
   signal?.addEventListener('abort', onAbort, { once: true });
   try {
-    if (signal?.aborted) controller.cancel(key);
+    if (signal?.aborted) onAbort();
     return await tracked;
   } finally {
     signal?.removeEventListener('abort', onAbort);
@@ -73,6 +80,8 @@ export class AttachedRuns {
     const pool = this.d.pool();
     if (!pool) return null;
     for (let failures = 0; ; ) {
+      // Claiming labels a pool Job with the execution: only while the run is surely ours.
+      await assertHeld(options, 'claiming a warm pod');
       const claim = await pool.claim(spec);
       if (!claim) return null;
       const jobName = claim.job.metadata?.name ?? '';
@@ -87,8 +96,14 @@ export class AttachedRuns {
       // The pod is known by uid already; its labels (for kubectl and other replicas) may come later.
       claim.labelled.catch((err: unknown) => this.d.log.warn({ execution_id: spec.executionId, pod: podName, err: String(err) }, 'could not label the claimed pod'));
       try {
+        await assertHeld(options, 'handing the program over');
         await this.deliver(key, podName, spec);
       } catch (err) {
+        if (err instanceof FencedError) {
+          // Taken over with the pod claimed but empty: its new holder finds it (by label) and decides.
+          this.d.controller.untrack(key, err);
+          throw err;
+        }
         failures++;
         const next = afterHandOverFailure('warm', failures);
         this.d.log.warn({ execution_id: spec.executionId, job: jobName, err: String(err), failures, next }, 'could not hand the program to a warm pod; trying again');
@@ -124,6 +139,7 @@ export class AttachedRuns {
     );
     let owner: V1Job;
     try {
+      await assertHeld(options, 'creating its Job');
       owner = await this.d.ensureJob(job, jobName);
       this.d.controller.ownJob(key, owner.metadata?.uid ?? '');
     } catch (err) {
@@ -134,7 +150,7 @@ export class AttachedRuns {
     const waiting = awaitTracked(this.d.controller, key, tracked, options.signal);
     // Hand the program over as soon as the collector runs; the controller meanwhile watches for
     // startup failures (image errors, the startup timeout) and ends the run on its own.
-    void this.deliverWhenRunning(spec, key, owner.metadata?.uid ?? '', () => settled);
+    void this.deliverWhenRunning(spec, options, key, owner.metadata?.uid ?? '', () => settled);
     return await waiting;
   }
 
@@ -198,7 +214,7 @@ export class AttachedRuns {
    * running yet) opened no stream, so it leaves the `stdinOnce` stdin untouched and may be repeated;
    * once the status says running, a failure is final.
    */
-  private async deliverWhenRunning(spec: RunSpec, key: string, jobUid: string, settled: () => boolean): Promise<void> {
+  private async deliverWhenRunning(spec: RunSpec, options: RunOptions, key: string, jobUid: string, settled: () => boolean): Promise<void> {
     const c = this.d.controller;
     let lastTry = Number.NEGATIVE_INFINITY;
     // Woken by any change of this run's pod, so the loop does not poll the pod cache.
@@ -218,9 +234,12 @@ export class AttachedRuns {
         if (running || (bound && now - lastTry >= EARLY_ATTACH_INTERVAL_MS)) {
           lastTry = now;
           try {
+            await assertHeld(options, 'handing the program over');
             await this.deliver(key, pod!.metadata!.name!, spec);
             return;
           } catch (err) {
+            // Taken over before the hand-over: the Job stays for the new holder (it sees nothing was handed over).
+            if (err instanceof FencedError) return c.untrack(key, err);
             // Not running yet (the upgrade was refused, no stream opened): try again shortly.
             if (!running && upgradeRefused(err) && !settled()) continue;
             // The program never reached the pod: the attempt fails (the service retries it) and its Job goes.

@@ -88,6 +88,8 @@ export class RunController {
       path: `/apis/batch/v1/namespaces/${opts.namespace}/jobs`,
       list: () => opts.api.listJobs(opts.namespace, selector),
       transform: slimJob,
+      // An execution's Jobs by label: a new attempt finds one an earlier holder left (kubernetes-runtime.ts).
+      indexBy: (j) => j.metadata?.labels?.[LABELS.executionId],
     });
     const enqueue = (o: V1Pod | V1Job) => {
       const key = o.metadata?.labels?.[LABELS.executionId];
@@ -166,15 +168,15 @@ export class RunController {
     this.queue.add(key);
   }
 
-  /** Stops driving a run whose objects could not be created; its `track()` promise rejects. */
-  untrack(key: string): void {
+  /** Stops driving a run (its objects could not be created, or it was taken over); its `track()` promise rejects with `err`. */
+  untrack(key: string, err: Error = new Error('the run was not started')): void {
     const run = this.runs.get(key);
     if (!run) return;
     run.attach?.close();
     this.runs.delete(key);
     this.queue.forget(key);
     run.logFollow?.abort();
-    run.reject(new Error('the run was not started'));
+    run.reject(err);
   }
 
   /** A warm run's program was handed over at `at` (its execution starts), by a hand-over begun at `since`. */

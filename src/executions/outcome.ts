@@ -1,0 +1,26 @@
+/**
+ * What a run's outcome counts as: an engine failure for the breaker, a DLQ entry, the verdict of a
+ * run the machinery failed before the program could say anything.
+ */
+import type { RawRun } from '../runtime/runtime.ts';
+import type { Classification } from './classify.ts';
+
+/** Error types whose runs are put in the dead letter queue (SPEC §7.3 rule 7). */
+export const DLQ_ERROR_TYPES = new Set(['internal_error', 'service_unavailable', 'docker_error', 'config_error']);
+
+/** A resolved run counts against the breaker when the machinery (not the user's code) failed. */
+export function isEngineFailure(raw: RawRun): boolean {
+  const t = raw.observation.infraError?.type;
+  return t === 'internal_error' || t === 'docker_error';
+}
+
+export function internalClassification(type: string, message: string): Classification {
+  return {
+    status: 'failed',
+    exitCode: null,
+    error: { type, message },
+    output: null,
+    timing: { startup_ms: 0, dep_install_ms: 0, execution_ms: 0, total_ms: 0, phase_at_exit: 'startup' },
+    resourceUsage: { max_rss_mb: 0, cpu_time_ms: 0, wall_time_ms: 0 },
+  };
+}

@@ -1,0 +1,58 @@
+/**
+ * The Job an earlier holder of an execution left, found before anything new is made for it: one
+ * execution has at most one pod running its program. Adoption (the previous holder died or was
+ * taken over) re-attaches to it; so does a fresh attempt that finds one (an execution given back to
+ * the queue while the pod of an earlier attempt still exists — without this, a warm claim would
+ * start the program on a second pod). A Job whose program goes by attach and never reached its pod
+ * ran nothing: it is deleted and the run starts again.
+ */
+import type { V1Job } from '@kubernetes/client-node';
+import type { KubeApi } from '../../../kube/index.ts';
+import type { Logger } from '../../../logger.ts';
+import { RunGoneError } from '../../runtime.ts';
+import { LABELS, instanceSelector } from '../names.ts';
+import type { AttachedRuns } from './attached.ts';
+import type { RunController } from './controller.ts';
+
+/** What {@link earlierJob} reads and deletes with. */
+export interface EarlierJobDeps {
+  api: KubeApi;
+  controller: RunController;
+  attached: AttachedRuns;
+  ns: string;
+  instance: string;
+  log: Logger;
+}
+
+/**
+ * The Job to re-attach to for execution `executionId` (label value `key`, cold Job name `jobName`):
+ * - `adopt`: by its name, else the Job labelled with the execution (a claimed pool Job) from the
+ *   cache, else from the API server; none → {@link RunGoneError};
+ * - otherwise: a live (not deleting) Job labelled with the execution in the cache, or null.
+ * A Job whose program never reached its pod is deleted: {@link RunGoneError} when adopting, a
+ * retryable error otherwise (the next try starts clean).
+ */
+export async function earlierJob(d: EarlierJobDeps, executionId: string, key: string, jobName: string, adopt: boolean): Promise<V1Job | null> {
+  const labelled = d.controller.jobs.byIndex(key);
+  let job: V1Job | null | undefined;
+  if (adopt) {
+    job =
+      (await d.api.getJob(d.ns, jobName)) ??
+      labelled[0] ??
+      (await d.api.listJobs(d.ns, `${instanceSelector(d.instance)},${LABELS.executionId}=${key}`)).items[0];
+    if (!job) throw new RunGoneError(`no Job ${jobName} for execution ${executionId}`);
+  } else {
+    job = labelled.find((j) => !j.metadata?.deletionTimestamp);
+    if (!job) return null;
+    d.log.warn({ execution_id: executionId, job: job.metadata?.name }, 'a Job of this execution exists (an earlier holder made it); re-attaching to it instead of starting another pod');
+  }
+  // A pod whose program never reached it (the process that was handing it over died, or was taken
+  // over before it could) would wait for a go line until its deadline: it goes, and the run starts
+  // again (nothing of it ran).
+  if ((await d.attached.handedOver(job)) === false) {
+    await d.api.deleteJob(d.ns, job.metadata?.name ?? jobName).catch(() => undefined);
+    const why = `the program of execution ${executionId} never reached the pod of Job ${job.metadata?.name}`;
+    throw adopt ? new RunGoneError(why) : new Error(`${why}; it is being removed, retry`);
+  }
+  return job;
+}
