@@ -4,13 +4,15 @@
  * replica claims pool pods and runs programs, each run ends exactly once, and when the leader stops
  * another takes over and keeps the pool filled. The orphan sweep is the leader's alone.
  */
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { JobType } from '../../../src/jobtypes/job-type.ts';
 import { KubeApi } from '../../../src/kube/kube-api.ts';
 import { POOL_LABELS } from '../../../src/runtime/kubernetes/pool/pool-plan.ts';
 import { executionLabel, LABELS } from '../../../src/runtime/kubernetes/names.ts';
-import type { Runtime } from '../../../src/runtime/runtime.ts';
+import { FencedError, type Runtime, type RunSpec } from '../../../src/runtime/runtime.ts';
 import { RUNNER_PATH } from '../../../src/sandbox/paths.ts';
 import { FakeKube, jobType, spec, startRuntime, testConfig } from '../../support/kube-runtime.ts';
 
@@ -179,5 +181,97 @@ describe('three replicas (fake API server, real runner)', () => {
     expect(fake.list('jobs', NS).some((j) => j.metadata.name === 'sp-live0000')).toBe(true);
     const deletes = fake.requests.filter((r) => r.method === 'DELETE' && r.path.includes('/jobs/sp-dead0000'));
     expect(deletes.length).toBeGreaterThanOrEqual(1);
+  });
+
+  /**
+   * A program that appends its execution id to a ledger on the host (the fake runs pool pods' programs
+   * as host processes), then works a while: the ledger says how many times it really ran.
+   */
+  function ledgered(ledger: string): RunSpec {
+    const s = spec();
+    s.code = `import time\nopen(${JSON.stringify(ledger)}, "a").write(${JSON.stringify(s.executionId)} + "\\n")\ntime.sleep(1.5)\nprint("done")`;
+    live.add(s.executionId);
+    return s;
+  }
+
+  /** Starts `s` on `rt` with an abort controller; resolves once the program runs. */
+  async function startedOn(rt: Runtime, s: RunSpec): Promise<{ ac: AbortController; run: Promise<unknown> }> {
+    const ac = new AbortController();
+    let running!: () => void;
+    const started = new Promise<void>((r) => (running = r));
+    const run = rt.run(s, { signal: ac.signal, onPhase: (p) => p === 'execution' && running() });
+    run.catch(() => undefined);
+    await started;
+    return { ac, run };
+  }
+
+  /** Names of the pods labelled with an execution, sampled every 20 ms until the returned function is called. */
+  function podsOf(s: RunSpec): () => Set<string> {
+    const seen = new Set<string>();
+    const sample = () => {
+      for (const p of fake.list('pods', NS)) if (p.metadata.labels?.[LABELS.executionId] === executionLabel(s.executionId)) seen.add(p.metadata.name);
+    };
+    const t = setInterval(sample, 20);
+    return () => {
+      clearInterval(t);
+      sample();
+      return seen;
+    };
+  }
+
+  it('a replica stalled mid-run is not run twice: the adopter re-attaches to its pod, and the stalled one, fenced, lets go without deleting it', async () => {
+    await Promise.all(['r0', 'r1', 'r2'].map((id) => replica(id)));
+    await fake.waitFor(() => leaders().length === 1, 5000, 'a leader');
+    await fake.waitFor(() => readyIdle().length === 2, 8000, 'two ready pool pods');
+    const ledger = path.join(mkdtempSync(path.join(tmpdir(), 'ledger-')), 'ran.log');
+    const s = ledgered(ledger);
+    const pods = podsOf(s);
+    // r0 claims a warm pod and the program runs; then r0 stalls (its lease lapses) and r1 adopts the
+    // run, as the service's sweep would.
+    const first = await startedOn(replicas[0]!, s);
+    const jobName = fake.list('jobs', NS).find((j) => j.metadata.labels?.[LABELS.executionId] === executionLabel(s.executionId))!.metadata.name;
+    const adopted = replicas[1]!.run(s, { adopt: true });
+    // r0 runs again and learns at its heartbeat that the run is r1's: it stops without touching the Job.
+    first.ac.abort('fenced');
+    await expect(first.run).rejects.toBeInstanceOf(FencedError);
+    const raw = await adopted;
+    expect(raw.observation).toMatchObject({ exitCode: 0, infraError: null });
+    expect(raw.stdout).toBe('done\n');
+    // One pod, one run of the program, and r0 deleted nothing while r1 followed the run.
+    expect([...pods()]).toHaveLength(1);
+    expect(readFileSync(ledger, 'utf8')).toBe(`${s.executionId}\n`);
+    const deletesBefore = fake.requests.filter((r) => r.method === 'DELETE' && r.path.endsWith(`/jobs/${jobName}`));
+    expect(deletesBefore).toHaveLength(0);
+  });
+
+  it('a fresh attempt of an execution whose pod still runs (given back to the queue meanwhile) re-attaches to it instead of claiming a second pod', async () => {
+    await Promise.all(['r0', 'r1', 'r2'].map((id) => replica(id)));
+    await fake.waitFor(() => leaders().length === 1, 5000, 'a leader');
+    await fake.waitFor(() => readyIdle().length === 2, 8000, 'two ready pool pods');
+    const ledger = path.join(mkdtempSync(path.join(tmpdir(), 'ledger-')), 'ran.log');
+    const s = ledgered(ledger);
+    const pods = podsOf(s);
+    const first = await startedOn(replicas[0]!, s);
+    // The run as another replica claims it from the queue: not an adoption, a new attempt.
+    const again = replicas[2]!.run(s);
+    first.ac.abort('fenced');
+    await expect(first.run).rejects.toBeInstanceOf(FencedError);
+    const raw = await again;
+    expect(raw.observation).toMatchObject({ exitCode: 0, infraError: null });
+    expect([...pods()]).toHaveLength(1);
+    expect(readFileSync(ledger, 'utf8')).toBe(`${s.executionId}\n`);
+    // The second warm pod was not claimed.
+    expect(replicas[2]!.warmPoolStats!().reduce((n, st) => n + st.hits, 0)).toBe(0);
+  });
+
+  it('a replica taken over before it started anything starts nothing: no claim, no Job', async () => {
+    await Promise.all(['r0', 'r1'].map((id) => replica(id)));
+    await fake.waitFor(() => leaders().length === 1, 5000, 'a leader');
+    await fake.waitFor(() => readyIdle().length === 2, 8000, 'two ready pool pods');
+    const s = spec();
+    live.add(s.executionId);
+    await expect(replicas[0]!.run(s, { confirmHeld: async () => false })).rejects.toBeInstanceOf(FencedError);
+    expect(fake.list('jobs', NS).filter((j) => j.metadata.labels?.[LABELS.executionId] === executionLabel(s.executionId))).toHaveLength(0);
+    expect(readyIdle()).toHaveLength(2);
   });
 });
