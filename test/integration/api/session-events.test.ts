@@ -2,7 +2,8 @@
  * `GET /sessions/{id}/events` (issue 19) against the real service (HTTP), database and local sandbox:
  * a cell's output arrives while it runs, cells follow in order with their number and record, the
  * session's end is the last event and closes the stream, a finished session replays the same ids,
- * `Last-Event-ID` resumes in the middle of a cell or between cells, and bad input is 4xx.
+ * `Last-Event-ID` resumes in the middle of a cell or between cells, and bad input is 4xx. A cell
+ * past the session's memory limit is `oom` and ends the session `oom`.
  */
 import type { AddressInfo } from 'node:net';
 import type { ServerType } from '@hono/node-server';
@@ -18,7 +19,7 @@ describe.skipIf(!asRoot)('GET /sessions/{id}/events', () => {
   let server: ServerType;
   let base: string;
   beforeAll(async () => {
-    svc = await startTestService({ max_sessions: 3, warm_pool: { sizes: {} } });
+    svc = await startTestService({ max_sessions: 3, warm_pool: { sizes: {} }, job_types: [{ name: 'small', memory_limit: '256m' }] });
     server = await listen(svc, 0, '127.0.0.1');
     base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   }, 120_000);
@@ -29,8 +30,8 @@ describe.skipIf(!asRoot)('GET /sessions/{id}/events', () => {
     await svc?.close();
   });
 
-  const create = async (): Promise<string> => {
-    const res = await svc.post('/sessions', {});
+  const create = async (body: J = {}): Promise<string> => {
+    const res = await svc.post('/sessions', body);
     const j = (await res.json()) as J;
     expect(res.status, JSON.stringify(j)).toBe(201);
     return j.session_id as string;
@@ -121,5 +122,21 @@ describe.skipIf(!asRoot)('GET /sessions/{id}/events', () => {
     const bad = await events(id, { 'Last-Event-ID': '12' });
     expect(bad.status).toBe(400);
     expect(((await bad.json()) as J).detail).toContain("'{cell}:{id}'");
+  }, 120_000);
+
+  it('a cell past the memory limit: its record is oom (137, SPEC §7.2) and the session ends oom, as the stream says', async () => {
+    const id = await create({ job_type: 'small' });
+    await exec(id, 'kept = 1');
+    const r = await exec(id, 'x = []\nwhile True:\n    x.append(bytearray(32 * 1024 * 1024))\n');
+    expect(r).toMatchObject({ success: false, exit_code: 137, cell: 2, error: { type: 'oom' } });
+    expect(((await (await svc.get(`/jobs/${r.execution_id}`)).json()) as J).status).toBe('oom');
+    const s = (await (await svc.get(`/sessions/${id}`)).json()) as J;
+    expect(s).toMatchObject({ status: 'ended', end_reason: 'oom', cells: 2 });
+    const es = await allEvents(await events(id));
+    expect(es.filter((e) => e.event === 'cell_end').map((e) => e.json.status)).toEqual(['succeeded', 'oom']);
+    expect(es.at(-1)).toMatchObject({ id: '2:end', event: 'end', json: { end_reason: 'oom' } });
+    const after = await svc.post(`/sessions/${id}/execute`, { code: 'print(kept)' });
+    expect(after.status).toBe(409);
+    expect(((await after.json()) as J).detail).toContain('has ended (oom)');
   }, 120_000);
 });

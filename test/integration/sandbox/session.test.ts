@@ -3,7 +3,8 @@
  * persists across cells; a cell past its timeout is interrupted (KeyboardInterrupt) and the state
  * survives; a cell that ignores the interrupt is killed with its session (`crashed`); two sessions
  * see neither each other's variables, files nor processes; /code and /input are read-only, /workspace
- * is the writable working directory; what a cell writes to /output is that cell's artifacts.
+ * is the writable working directory; what a cell writes to /output is that cell's artifacts; an OOM
+ * kill in the session's cgroup (of the interpreter, or only of a cell's child) ends the session `oom`.
  */
 import { mkdtempSync } from 'node:fs';
 import path from 'node:path';
@@ -31,8 +32,9 @@ describeEachEngine('session sandboxes', (engine) => {
     await rt?.stop();
   });
 
-  const session = async () => {
-    const s = await rt.openSession!(new FileJobTypeRegistry(config).get('default')!, { maxStreamBytes: 32768, startupMs: 60_000 });
+  const session = async (memoryLimit?: string) => {
+    const jt = new FileJobTypeRegistry(config).get('default')!;
+    const s = await rt.openSession!(memoryLimit ? { ...jt, memoryLimit } : jt, { maxStreamBytes: 32768, startupMs: 60_000 });
     open.push(s);
     return s;
   };
@@ -87,5 +89,29 @@ describeEachEngine('session sandboxes', (engine) => {
     expect(r.observation.timedOut).toBe('execution');
     expect((await ended).reason).toBe('crashed');
     await expect(cell(s, 'print(1)')).rejects.toThrow(/ended/);
+  }, 120_000);
+
+  const BOMB = 'x = []\nwhile True:\n    x.append(bytearray(32 * 1024 * 1024))\n';
+
+  it.skipIf(!asRoot)('a cell past the memory limit is OOM-killed (137) and the session ends oom', async () => {
+    const s = await session('256m');
+    const ended = new Promise<SessionEnd>((r) => s.onEnd(r));
+    expect((await cell(s, 'kept = 1\nprint("ok")')).stdout).toBe('ok\n');
+    const r = await cell(s, BOMB);
+    expect(r.observation.exitCode).toBe(137);
+    expect(r.observation.oomKilled).toBe(true);
+    expect((await ended).reason).toBe('oom');
+    await expect(cell(s, 'print(kept)')).rejects.toThrow(/ended \(oom\)/);
+  }, 120_000);
+
+  it.skipIf(!asRoot)('a child process of a cell OOM-killed: the interpreter survives it, yet the session ends oom', async () => {
+    const s = await session('256m');
+    const ended = new Promise<SessionEnd>((r) => s.onEnd(r));
+    const r = await cell(s, `import subprocess, sys\np = subprocess.run([sys.executable, "-c", ${JSON.stringify(BOMB)}])\nprint("child", p.returncode)`);
+    expect(r.observation.oomKilled).toBe(true);
+    // bubblewrap: the kernel kills the child and the interpreter goes on; gVisor: the host kills the
+    // sandbox's kernel (the sentry, which holds all of its memory), so the cell never prints.
+    expect(r.stdout).toBe(engine === 'gvisor' ? '' : 'child -9\n');
+    expect((await ended).reason).toBe('oom');
   }, 120_000);
 });

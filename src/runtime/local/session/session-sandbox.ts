@@ -178,6 +178,9 @@ export class LocalSessionSandbox implements SessionSandbox {
     this.waiting = null;
     const t1 = this.d.now();
     const stats = this.cgroup.stats();
+    // The OOM killer may take a child process of the cell and spare the interpreter: the session still
+    // ends `oom` (issue 19), and its memory counter would otherwise call every later cell an OOM too.
+    if (stats.oomKilled && !this.endedAs) this.end('crashed', 'out of memory: a process of the session was killed by the OOM killer');
     const report = (result ?? {}) as RunnerReport;
     const ended = this.endedAs as SessionEnd | null;
     const timedOut = result ? result.timed_out === true : ended?.reason === 'crashed' && ended.detail.includes('interrupt_ignored');
