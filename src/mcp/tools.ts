@@ -19,6 +19,15 @@ import { fileContent, recordSummary } from './answers.ts';
 /** Longest single wait of `run_python` with an idempotency key (the API's own cap for `wait=true`). */
 const WAIT_SECONDS = 300;
 
+/** Seconds between the progress notifications of a call that asked for them. */
+export const PROGRESS_EVERY_MS = 10_000;
+
+/** What a tool body gets of the SDK's request context. */
+type Extra = {
+  signal: AbortSignal;
+  _meta?: { progressToken?: string | number };
+  sendNotification: (n: { method: 'notifications/progress'; params: { progressToken: string | number; progress: number; message?: string } }) => Promise<void>;
+};
 type Signal = { signal: AbortSignal };
 
 /** A tool answer: the object as JSON text and as structured content. */
@@ -42,14 +51,29 @@ export function toolError(err: unknown): CallToolResult {
   return { content: [{ type: 'text', text }], isError: true };
 }
 
-/** Runs a tool's body; any failure becomes a tool error (the server never sees a throw). */
+/**
+ * Runs a tool's body; any failure becomes a tool error (the server never sees a throw). When the call
+ * carries a progress token, a progress notification goes out every {@link PROGRESS_EVERY_MS} while
+ * the body runs, so a client that restarts its timeout on progress waits out a long run.
+ */
 function guarded<A>(fn: (args: A, extra: Signal) => Promise<CallToolResult>) {
-  return async (args: A, extra: Signal): Promise<CallToolResult> => {
+  return async (args: A, extra: Extra): Promise<CallToolResult> => {
+    const token = extra._meta?.progressToken;
+    let ticks = 0;
+    const timer = token === undefined
+      ? undefined
+      : setInterval(() => {
+          ticks += 1;
+          const params = { progressToken: token, progress: ticks, message: `still running (${(ticks * PROGRESS_EVERY_MS) / 1000} s)` };
+          extra.sendNotification({ method: 'notifications/progress', params }).catch(() => {});
+        }, PROGRESS_EVERY_MS);
     try {
-      return await fn(args, extra);
+      return await fn(args, { signal: extra.signal });
     } catch (err) {
       if (err instanceof Error && err.name === 'AbortError') throw err;
       return toolError(err);
+    } finally {
+      clearInterval(timer);
     }
   };
 }

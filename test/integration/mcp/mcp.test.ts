@@ -141,6 +141,20 @@ describe.skipIf(!asRoot)('MCP with API tokens', () => {
     expect(other.text).toMatch(/HTTP 409/);
   }, 120_000);
 
+  it('a long run sends progress when asked, so a client restarting its timeout on progress waits it out', async () => {
+    const client = await httpClient(served.url, TOKEN);
+    const progress: number[] = [];
+    // 12 s timeout, 14 s run: only the progress at 10 s keeps the call alive.
+    const result = (await client.callTool({ name: 'run_python', arguments: { code: 'import time\ntime.sleep(14)\nprint("slept")', timeout: 60 } }, undefined, {
+      timeout: 12_000,
+      resetTimeoutOnProgress: true,
+      onprogress: (p) => void progress.push(p.progress),
+    })) as CallToolResult;
+    expect(result.isError).toBeFalsy();
+    expect(result.structuredContent).toMatchObject({ success: true, stdout: 'slept\n' });
+    expect(progress[0]).toBe(1);
+  }, 60_000);
+
   it('a session over HTTP: state across cells, a file in, a file out, closed', async () => {
     await sessionRoundTrip(await httpClient(served.url, TOKEN), served.url);
   }, 240_000);
@@ -160,7 +174,7 @@ describe.skipIf(!asRoot)('MCP with API tokens', () => {
     expect(noCode.text).toMatch(/code/);
     const timeout = await call(client, 'run_python', { code: 'print(1)', timeout: 0 });
     expect(timeout.ok).toBe(false);
-    expect(timeout.text).toMatch(/timeout must be between 1 and \d+ seconds \[\w+\] \(HTTP 400\)/);
+    expect(timeout.text).toBe('timeout: timeout must be between 1 and 120 seconds [validation_error] (HTTP 400)');
     const blank = await call(client, 'run_python', { code: '   ' });
     expect(blank.text).toContain('code must be a non-empty string');
     const unknown = await call(client, 'session_execute', { session_id: '00000000-0000-4000-8000-000000000000', code: 'print(1)' });
