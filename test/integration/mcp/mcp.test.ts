@@ -5,6 +5,7 @@
  * session keeping state with files in and out, the job types), bad input is a tool error with the
  * API's words, the records are the API's (idempotency included), and /mcp takes the API's tokens.
  */
+import { spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
@@ -159,6 +160,24 @@ describe.skipIf(!asRoot)('MCP with API tokens', () => {
     await sessionRoundTrip(await httpClient(served.url, TOKEN), served.url);
   }, 240_000);
 
+  it('a tool\'s run carries the MCP request\'s correlation id (the inner API call is made as that request)', async () => {
+    // Stateless: a tools/call needs no initialize before it; the answer is an SSE stream.
+    const res = await fetch(`${served.url}/mcp`, {
+      method: 'POST',
+      headers: { ...auth, 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-06-18', 'x-correlation-id': 'mcp-corr-1' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 7, method: 'tools/call', params: { name: 'run_python', arguments: { code: 'print(1)' } } }),
+    });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toContain('text/event-stream');
+    expect(res.headers.get('x-correlation-id')).toBe('mcp-corr-1');
+    const data = (await res.text()).split('\n').find((l) => l.startsWith('data: '))!;
+    const msg = JSON.parse(data.slice(6)) as { id: number; result: CallToolResult };
+    expect(msg.id).toBe(7);
+    const jobId = (msg.result.structuredContent as Answer).job_id as string;
+    const record = (await (await fetch(`${served.url}/jobs/${jobId}?view=full`, { headers: auth })).json()) as Answer;
+    expect(record).toMatchObject({ stdout: '1\n', correlation_id: 'mcp-corr-1' });
+  }, 60_000);
+
   it('list_job_types answers the API\'s job types', async () => {
     const client = await httpClient(served.url, TOKEN);
     const r = await ok(client, 'list_job_types');
@@ -218,6 +237,13 @@ describe.skipIf(!asRoot)('MCP with API tokens', () => {
     expect((await ok(client, 'list_job_types')).job_types.map((t: Answer) => t.name)).toContain('default');
     await sessionRoundTrip(client, served.url);
   }, 240_000);
+
+  it('sandpod mcp with a --url that is not one exits 2 with a one-line error', async () => {
+    const r = spawnSync(process.execPath, [BIN, 'mcp', '--url', 'not a url'], { encoding: 'utf8', input: '' });
+    expect(r.status).toBe(2);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toContain("sandpod: --url 'not a url' is not a URL");
+  });
 
   it('over stdio with a wrong token: each tool call is a tool error saying 401', async () => {
     const client = await stdioClient(served.url, 'not-the-token-0123456789');
