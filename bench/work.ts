@@ -9,8 +9,9 @@
  * - `reqs`: a job type with requirements (a local wheel; installed and cached by one cold run first):
  *   warm hit vs the bare floor (target: p50 ≤ 0.35 × floor p50).
  * - `egress`: a job type with `allowed_hosts`: warm hit vs the bare floor (target: p50 ≤ 0.35 × floor p50).
- * Each hit is sent once its pool is ready again, so no refill competes with it. Not measured here:
- * the sustained rate of the data type (and a restore-based refill: see docs/warm-restore.md).
+ * Each hit is sent once its pool is ready again, so no refill competes with it. Then the sustained
+ * rate of the data type, refilled by booting and (gVisor) by restoring a checkpoint: bench/sustained.ts
+ * (BENCH_SUSTAINED=0 skips it).
  */
 import { mkdtempSync, chmodSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -20,6 +21,7 @@ import { FileJobTypeRegistry } from '../src/jobtypes/job-type.ts';
 import { createLocalRuntime, measureBareFloor, type EngineName, type LocalRuntime } from '../src/runtime/local/index.ts';
 import type { RunSpec } from '../src/runtime/runtime.ts';
 import { buildWheels } from '../test/support/wheel.ts';
+import { benchSustained } from './sustained.ts';
 import { ms, quantile } from './stats.ts';
 
 const PANDAS_CODE = 'import pandas as pd\nprint(pd.DataFrame({"a": [1, 2]}).a.sum())\n';
@@ -122,4 +124,5 @@ export async function benchWork(o: { engines: EngineName[]; runs: number; say: (
     }
   }
   say('');
+  if (process.env.BENCH_SUSTAINED !== '0') await benchSustained({ engines: o.engines, say });
 }

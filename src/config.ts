@@ -171,6 +171,11 @@ export const ConfigSchema = v.pipe(
         max_idle_sec: v.optional(int(1), 300),
         max_starting: v.optional(int(1, 16), 2),
         /**
+         * gVisor: refill from a checkpoint (src/runtime/local/pool/restore-images.ts): the first sandbox
+         * of each pool key is booted and checkpointed, later ones are restored from its image.
+         */
+        restore: v.optional(v.boolean(), false),
+        /**
          * Sizes that follow demand (local pool, src/runtime/local/pool/pool-sizing.ts): per pool key, the
          * fewest sandboxes whose Erlang-B miss share at (claims/s over `window_sec`) × (measured refill
          * time) is at most `miss_target`, at least the configured size while the key is claimed, at

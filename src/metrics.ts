@@ -159,6 +159,16 @@ export class Metrics {
         }
       },
     });
+    new Counter({
+      name: 'sandpod_warm_restored_total',
+      help: 'Warm sandboxes restored from a checkpoint instead of booted, per job type (local gVisor with warm_pool.restore)',
+      labelNames: ['job_type'],
+      registers,
+      collect() {
+        this.reset();
+        for (const s of warm()) if (s.restored !== undefined) this.inc({ job_type: s.job_type }, s.restored);
+      },
+    });
     // API tokens (issue 22): a tokens file whose change left it unusable refuses every request.
     const auth = () => this.authSource();
     new Counter({

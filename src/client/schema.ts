@@ -1160,7 +1160,7 @@ export interface components {
                 size: number;
                 waiting_sync: number;
             };
-            /** @description Warm sandboxes per job type (local runtime; empty when none are kept): waiting counts, ages of the ready ones, runs that found one (hits) or started cold (misses); target follows demand with warm_pool.autoscale; refill_ms is the mean start-to-ready time */
+            /** @description Warm sandboxes per job type (local runtime; empty when none are kept): waiting counts, ages of the ready ones, runs that found one (hits) or started cold (misses); target follows demand with warm_pool.autoscale; refill_ms is the mean start-to-ready time; restored counts sandboxes restored from a checkpoint (gVisor, warm_pool.restore) */
             warm: {
                 hits: number;
                 job_type: string;
@@ -1169,6 +1169,7 @@ export interface components {
                 oldest_age_ms: number | null;
                 ready: number;
                 refill_ms?: number | null;
+                restored?: number;
                 starting: number;
                 target: number;
             }[];

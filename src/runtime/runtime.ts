@@ -333,6 +333,11 @@ export interface WarmPoolStats {
    */
   refill_ms?: number | null;
   /**
+   * Warm sandboxes restored from a checkpoint rather than booted (local gVisor with
+   * `warm_pool.restore`), since the start; absent where sandboxes are never restored.
+   */
+  restored?: number;
+  /**
    * Hand-overs to a claimed warm sandbox that failed before the program started, after which the run
    * was tried again (another warm sandbox, or cold). In `/metrics` only; absent where not counted.
    */

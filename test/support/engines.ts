@@ -30,9 +30,16 @@ export function describeEachEngine(title: string, body: (engine: (typeof REAL_EN
  * warm sandbox of exactly the run's job type ready first and requires the run to claim it (issue 10:
  * the sandbox tests hold on warm sandboxes too), `preloaded` does the same for the run's job type
  * with {@link PRELOAD} added to its `preload` (issue 18): the program's process imported those
- * modules (with their threads, sockets and files, if any) before the program arrived.
+ * modules (with their threads, sockets and files, if any) before the program arrived. `restored`
+ * (gVisor, `warm_pool.restore`) is `preloaded` where the sandbox was restored from the checkpoint of
+ * a template sandbox of its key rather than booted (pool/restore-images.ts).
  */
-export const RUN_MODES = ['cold', 'warm', 'preloaded'] as const;
+export const RUN_MODES = ['cold', 'warm', 'preloaded', 'restored'] as const;
+
+/** Modes an engine has: `restored` (a preloaded sandbox restored from a checkpoint) is gVisor's only. */
+export function modesOf(engine: (typeof REAL_ENGINES)[number]): RunMode[] {
+  return RUN_MODES.filter((m) => m !== 'restored' || engine === 'gvisor');
+}
 
 /**
  * What the preloaded mode imports ahead: modules that open what an escape would want (ctypes,
@@ -42,8 +49,8 @@ export const PRELOAD = ['ctypes', 'socket', 'subprocess', 'threading', 'ssl', 'j
 export type RunMode = (typeof RUN_MODES)[number];
 
 /** Config keys of a mode: no configured pools (a warm run prewarms its own job type). */
-export function modeConfig(_mode: RunMode): Record<string, unknown> {
-  return { warm_pool: { sizes: {} } };
+export function modeConfig(mode: RunMode): Record<string, unknown> {
+  return { warm_pool: { sizes: {}, ...(mode === 'restored' ? { restore: true } : {}) } };
 }
 
 /**
@@ -53,23 +60,24 @@ export function modeConfig(_mode: RunMode): Record<string, unknown> {
  */
 export async function runAs(mode: RunMode, rt: LocalRuntime, spec: RunSpec, options?: RunOptions): Promise<RawRun> {
   if (mode === 'cold') return rt.run(spec, options);
-  if (mode === 'preloaded') spec = { ...spec, jobType: { ...spec.jobType, preload: [...new Set([...spec.jobType.preload, ...PRELOAD])] } };
+  if (mode === 'preloaded' || mode === 'restored') spec = { ...spec, jobType: { ...spec.jobType, preload: [...new Set([...spec.jobType.preload, ...PRELOAD])] } };
   try {
     await rt.prewarm(spec.jobType, 1, spec.requirements);
   } catch (err) {
     if (/not installed or built yet/.test(String(err))) return rt.run(spec, options);
     throw err;
   }
-  const hits = () => rt.warmPoolStats().find((s) => s.job_type === spec.jobType.name)?.hits ?? 0;
-  const before = hits();
+  const stat = () => rt.warmPoolStats().find((s) => s.job_type === spec.jobType.name);
+  const before = stat()?.hits ?? 0;
+  if (mode === 'restored') expect(stat()?.restored ?? 0, 'the ready sandbox was restored from a checkpoint').toBeGreaterThan(0);
   const r = await rt.run(spec, options);
-  expect(hits(), 'the run claimed a warm sandbox').toBe(before + 1);
+  expect(stat()?.hits ?? 0, 'the run claimed a warm sandbox').toBe(before + 1);
   return r;
 }
 
 /** {@link describeEachEngine} × {@link RUN_MODES}: `body` gets the engine and the mode. */
 export function describeEachEngineAndMode(title: string, body: (engine: (typeof REAL_ENGINES)[number], mode: RunMode) => void): void {
   describeEachEngine(title, (engine) => {
-    describe.each(RUN_MODES)('%s', (mode) => body(engine, mode));
+    describe.each(modesOf(engine))('%s', (mode) => body(engine, mode));
   });
 }

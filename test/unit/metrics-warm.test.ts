@@ -6,7 +6,7 @@ describe('warm pool metrics', () => {
   it('claims by outcome and hand-over retries per job type', async () => {
     const m = new Metrics();
     m.watchWarmPool(() => [
-      { job_type: 'a', target: 2, ready: 1, starting: 0, oldest_age_ms: 5000, newest_age_ms: 5000, hits: 4, misses: 1, handover_retries: 2, refill_ms: 1500 },
+      { job_type: 'a', target: 2, ready: 1, starting: 0, oldest_age_ms: 5000, newest_age_ms: 5000, hits: 4, misses: 1, handover_retries: 2, refill_ms: 1500, restored: 7 },
       { job_type: 'b', target: 0, ready: 0, starting: 0, oldest_age_ms: null, newest_age_ms: null, hits: 0, misses: 3 },
     ]);
     const text = await m.registry.metrics();
@@ -18,5 +18,8 @@ describe('warm pool metrics', () => {
     expect(text).toContain('sandpod_warm_sandboxes_target{job_type="a"} 2');
     expect(text).toContain('sandpod_warm_refill_seconds{job_type="a"} 1.5');
     expect(text).not.toContain('sandpod_warm_refill_seconds{job_type="b"}');
+    // Restored sandboxes (local gVisor with warm_pool.restore), only where counted.
+    expect(text).toContain('sandpod_warm_restored_total{job_type="a"} 7');
+    expect(text).not.toContain('sandpod_warm_restored_total{job_type="b"}');
   });
 });

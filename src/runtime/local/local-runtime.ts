@@ -42,6 +42,7 @@ import { detectCgroups, type CgroupSupport } from './cgroups.ts';
 import { chooseEngine, defaultInterpreter } from './engine-probe.ts';
 import { findEngineBinaries, type EngineBinaries, type EngineName } from './engines.ts';
 import { Reservations } from './pool/reservations.ts';
+import { RestoreImages } from './pool/restore-images.ts';
 import { SandboxPool, type PoolTarget } from './pool/sandbox-pool.ts';
 import type { SizingOptions } from './pool/pool-sizing.ts';
 import { warmEnvFor, type WarmEnv, type WarmEnvSources } from './pool/warm-env.ts';
@@ -217,6 +218,10 @@ class LocalRuntimeImpl implements LocalRuntime {
       runsc: this.bins.runsc,
       targets,
       sizes,
+      restore:
+        host.engine === 'gvisor' && this.config.warm_pool.restore
+          ? new RestoreImages({ dir: path.join(this.root, 'images'), checkpointCommand: (id, dir) => host.checkpointCommand(id, dir), log: this.log })
+          : null,
       sizing: this.sizing(),
       maxIdleMs: this.config.warm_pool.max_idle_sec * 1000,
       maxStarting: this.config.warm_pool.max_starting,

@@ -45,6 +45,12 @@ export interface SandboxSpec {
   rlimits: { fsize?: number; nofile: number; nproc?: number };
   /** cgroup.procs files to enter before exec (empty without cgroups). */
   procsFiles: string[];
+  /**
+   * gVisor: start the sandbox by restoring this checkpoint image (`runsc restore`) instead of
+   * booting it (pool/restore-images.ts). The spec must be that of the checkpointed sandbox but for
+   * the host directories its mounts come from.
+   */
+  restoreImage?: string;
 }
 
 /** What a launch needs from the host, prepared once at start. */
@@ -334,9 +340,15 @@ export class SandboxHost {
       // Limits come from the cgroups the wrapper put runsc in; runsc must not make its own.
       '--ignore-cgroups',
       ...(this.o.seccomp ? ['--oci-seccomp'] : []),
-      'run', '--bundle', spec.dir, spec.id,
+      ...(spec.restoreImage ? ['restore', '--image-path', spec.restoreImage] : ['run']),
+      '--bundle', spec.dir, spec.id,
     ];
     return { cmd, env: { PATH: HOST_PATH }, fdFiles: [], runscId: spec.id };
+  }
+
+  /** gVisor: the command that checkpoints sandbox `id` into `imageDir` (it stops the sandbox). */
+  checkpointCommand(id: string, imageDir: string): string[] {
+    return [this.o.bins.runsc ?? 'runsc', '--root', this.runscState, `--platform=${this.o.gvisorPlatform}`, 'checkpoint', '--image-path', imageDir, id];
   }
 
   private processCmd(spec: SandboxSpec): { cmd: string[]; env: Record<string, string>; fdFiles: string[] } {

@@ -104,6 +104,9 @@ export class SpawnedProc implements RunProc {
   /** `fifos`: the exit the spawner reported, held until stdout reached EOF too. */
   private exit: ExitInfo | null = null;
   private openError: string | null = null;
+  /** `fifos`: what {@link write} was given before the pipes were open. */
+  private pendingWrite = '';
+  private opened = false;
 
   constructor(
     readonly id: string,
@@ -147,7 +150,13 @@ export class SpawnedProc implements RunProc {
    * it between cells, so the non-blocking write goes in whole.
    */
   write(text: string): void {
-    if (this.done || this.inFd === null) return;
+    if (this.done) return;
+    // Before the pipes are open (no "pid" event yet): written as soon as they are.
+    if (this.fifos && !this.opened && !this.openError) {
+      this.pendingWrite += text;
+      return;
+    }
+    if (this.inFd === null) return;
     try {
       writeSync(this.inFd, text);
     } catch {
@@ -158,6 +167,7 @@ export class SpawnedProc implements RunProc {
   /** @internal The child and its named pipes exist: open this process's ends, then launch. */
   started(pid: number | null): void {
     this.pid = pid;
+    this.opened = true;
     if (!this.fifos) return;
     try {
       // The child holds IN's read end and the spawner a reader of OUT until the launch: neither open blocks.
@@ -179,6 +189,9 @@ export class SpawnedProc implements RunProc {
     const launch = this.pendingLaunch;
     this.pendingLaunch = null;
     if (launch) this.owner.send(this.gen, launch);
+    const text = this.pendingWrite;
+    this.pendingWrite = '';
+    if (text) this.write(text);
   }
 
   kill(): void {

@@ -56,6 +56,10 @@ CLI
                             line as "code" and "input" strings: the runner then writes them to the
                             --code and --input paths before the program starts (only where those
                             are the runner's to write; no runtime of ours uses this any more).
+                            Lines `ping` before it are each answered `ready\n` on the phase fd (a
+                            sandbox restored from a checkpoint taken while it waited says so once it
+                            runs again). At the go the program's process reseeds `random`,
+                            `numpy.random` and tempfile's names (see reseed).
                             The line may be up to 64 MiB. fd 0 is
                             then replaced by /dev/null, so the program never sees the channel; EOF
                             without a line ends the runner with exit status 123 and nothing run (a

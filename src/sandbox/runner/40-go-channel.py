@@ -40,7 +40,19 @@ def wait_for_go(a, src=0):
             os._exit(EXIT_NOT_DELIVERED)
     buf = bytearray()
     # The line may carry the program and its input (cluster pools): bounded, but far above 4 KiB.
-    while b'\n' not in buf and len(buf) < MAX_GO_LINE:
+    while len(buf) < MAX_GO_LINE:
+        # `ping` lines come before the go line to a sandbox restored from a checkpoint: this process
+        # was checkpointed right here, past its `ready`, so it says `ready` again for each (the host
+        # then knows the restore is done and this runner reads its new stdin).
+        while buf.startswith(b'ping\n'):
+            del buf[:5]
+            if a.phase_fd >= 0:
+                try:
+                    os.write(a.phase_fd, b'ready\n')
+                except OSError:
+                    os._exit(EXIT_NOT_DELIVERED)
+        if b'\n' in buf:
+            break
         try:
             chunk = os.read(src, 4096)
         except InterruptedError:
@@ -87,6 +99,27 @@ def wait_for_go(a, src=0):
     null = os.open('/dev/null', os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
+
+
+def reseed():
+    """In the held child at the go: fresh seeds for the generators a preload may have seeded already.
+    A sandbox restored from a checkpoint continues the checkpointed interpreter, so without this every
+    sandbox restored from one image would draw the same "random" numbers (os.urandom, and so
+    `secrets` and `uuid4`, ask the kernel each time and need nothing). The hash seed of str and bytes
+    is fixed at the interpreter's start and cannot change here: restored sandboxes of one image share
+    it (docs/warm-restore.md)."""
+    r = sys.modules.get('random')
+    if r is not None:
+        r.seed()
+    npr = sys.modules.get('numpy.random')
+    if npr is not None:
+        try:
+            npr.seed()
+        except Exception:
+            pass
+    t = sys.modules.get('tempfile')
+    if t is not None and hasattr(t, '_name_sequence'):
+        t._name_sequence = None
 
 
 PROXY_VARS = ('HTTP_PROXY', 'HTTPS_PROXY', 'ALL_PROXY', 'http_proxy', 'https_proxy', 'all_proxy')

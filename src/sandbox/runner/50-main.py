@@ -127,6 +127,7 @@ def main():
             if not go:
                 os._exit(0)
             os.close(gate_r)
+            reseed()
             for line in go[1:].split(b'\n'):
                 if line:
                     k, v = line.decode('utf-8', 'surrogateescape').split('=', 1)

@@ -126,4 +126,27 @@ for name in ('bad', 'nosuchmod'):
       server.kill();
     }
   });
+
+  it('answers each `ping` before the go line with `ready` (a restored sandbox), then runs the go line as usual', async () => {
+    const r = await waitRun('print("ran")\n', ['--preload', 'json'], 'ping\nping\n{}');
+    expect(r.status).toBe(0);
+    expect(r.out).toBe('ready\nready\nready\nexecution\ndone 0\n');
+    expect(r.stdout()).toBe('ran\n');
+  });
+
+  it('reseeds random and tempfile names at the go, so sandboxes restored from one checkpoint do not share them', async () => {
+    // The preload seeds `random` and draws from it; the program must not see the continuation of
+    // that sequence (which a restored copy of this process would share with every other copy).
+    mkdirSync('/tmp/sandpod-test', { recursive: true });
+    const lib = mkdtempSync(path.join('/tmp/sandpod-test', 'preload-seed-'));
+    writeFileSync(path.join(lib, 'seeded.py'), 'import random, tempfile\nrandom.seed(42)\nrandom.random()\nNAMES = next(tempfile._get_candidate_names())\n');
+    const code = 'import random, tempfile\nprint(random.random())\nprint(next(tempfile._get_candidate_names()))\n';
+    const r = await waitRun(code, ['--preload', 'seeded', '--python-path', lib]);
+    expect(r.status).toBe(0);
+    const [drawn, name] = r.stdout().trim().split('\n');
+    const py = spawnSync(PY, ['-c', 'import random, tempfile\nrandom.seed(42)\nrandom.random()\nprint(random.random())\ng = tempfile._get_candidate_names()\nnext(g)\nprint(next(g))'], { encoding: 'utf8' });
+    const [continued] = py.stdout.trim().split('\n');
+    expect(Number(drawn)).not.toBe(Number(continued));
+    expect(name).toMatch(/^\w{8}$/);
+  });
 });

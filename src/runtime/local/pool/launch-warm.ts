@@ -3,6 +3,7 @@
  * the egress proxy's directory mounted as for a cold run of its key, its cgroup with the job type's
  * limits, and the engine running `runner.py --wait` (with the job type's `--preload`), started by a
  * pre-forked spawner child that entered the cgroup and dropped root. Nothing of a run is in it yet.
+ * With a checkpoint image (gVisor) the engine restores the image instead of booting.
  */
 import path from 'node:path';
 import { parseMemory } from '../../../config.ts';
@@ -46,7 +47,7 @@ export interface LaunchedWarm {
 }
 
 /** Starts a warm sandbox of `t`, or says why it cannot (what it made is removed). */
-export function launchWarm(o: LaunchWarmOptions, t: PoolTarget, now: number): LaunchedWarm | { error: string } {
+export function launchWarm(o: LaunchWarmOptions, t: PoolTarget, now: number, restoreImage?: string): LaunchedWarm | { error: string } {
   const jt = t.jobType;
   const fail = (error: string) => ({ error });
   const memoryBytes = parseMemory(jt.memoryLimit);
@@ -94,7 +95,9 @@ export function launchWarm(o: LaunchWarmOptions, t: PoolTarget, now: number): La
     sh: o.host.waitingShell(),
     procsFiles: [],
   });
-  const launch = o.host.launch(spec, true);
+  // Restored (gVisor, restore-images.ts): the same spec as the checkpointed template's but for the
+  // host directories of its mounts.
+  const launch = o.host.launch(restoreImage ? { ...spec, restoreImage } : spec, true);
   // The go line and the runner's answers pass through named pipes in the run directory (outside
   // every mount), so no process stands between the service and the runner on a run's path.
   const fifos = { in: path.join(rd.dir, 'go.fifo'), out: path.join(rd.dir, 'out.fifo') };

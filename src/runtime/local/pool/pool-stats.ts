@@ -10,6 +10,8 @@ import type { PoolEntryView } from './sandbox-pool-plan.ts';
 export interface Counters {
   hits: number;
   misses: number;
+  /** Sandboxes restored from a checkpoint that became ready. */
+  restored?: number;
 }
 
 /** A sandbox as the stats see it: its pool entry and its job type's name. */
@@ -18,7 +20,13 @@ export interface StatsEntry extends PoolEntryView {
 }
 
 /** Per job type (sorted by name): the sum of its keys' targets, its sandboxes and counters. */
-export function poolStats(now: number, targets: readonly { jobType: string; size: number; refillMs: number | null }[], entries: readonly StatsEntry[], counters: ReadonlyMap<string, Counters>): WarmPoolStats[] {
+export function poolStats(
+  now: number,
+  targets: readonly { jobType: string; size: number; refillMs: number | null }[],
+  entries: readonly StatsEntry[],
+  counters: ReadonlyMap<string, Counters>,
+  restoring = false,
+): WarmPoolStats[] {
   const names = new Set([...targets.map((t) => t.jobType), ...counters.keys()]);
   return [...names].sort().map((name) => {
     const mine = entries.filter((e) => e.jobType === name);
@@ -36,6 +44,7 @@ export function poolStats(now: number, targets: readonly { jobType: string; size
       misses: c.misses,
       // The slowest of its keys' mean refill times (start to ready), null before any was measured.
       refill_ms: refills.length ? Math.round(Math.max(...refills)) : null,
+      ...(restoring ? { restored: c.restored ?? 0 } : {}),
     };
   });
 }

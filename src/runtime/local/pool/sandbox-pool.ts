@@ -44,6 +44,7 @@ import { launchWarm, type PoolTarget } from './launch-warm.ts';
 import { DemandTracker } from './demand.ts';
 import { sizePool, type SizingOptions } from './pool-sizing.ts';
 import { poolStats, type Counters } from './pool-stats.ts';
+import type { RestoreImages } from './restore-images.ts';
 import { WarmEgress } from './warm-egress.ts';
 import { handOver, type Entry, type WarmSandbox } from './warm-entry.ts';
 import { poolKey, type WarmEnv } from './warm-env.ts';
@@ -63,6 +64,8 @@ export interface SandboxPoolOptions {
    * kept yet (another environment) makes it a target of this size.
    */
   sizes: ReadonlyMap<string, number>;
+  /** Checkpoint images to restore sandboxes from (gVisor with `warm_pool.restore`); null: every sandbox boots. */
+  restore: RestoreImages | null;
   /** Sizes that follow demand (`warm_pool.autoscale`, pool-sizing.ts); null: the configured sizes. */
   sizing: SizingOptions | null;
   maxIdleMs: number;
@@ -186,6 +189,7 @@ export class SandboxPool {
         if (now - at < this.o.maxIdleMs) continue;
         this.learned.delete(key);
         this.targets.delete(key);
+        this.o.restore?.drop(key);
       }
       const sizing = this.o.sizing;
       const targets = sizing
@@ -214,7 +218,7 @@ export class SandboxPool {
   /** Per job type: target, ready and starting sandboxes, their ages, hits and misses. */
   stats(): WarmPoolStats[] {
     const targets = [...this.targets].map(([k, t]) => ({ jobType: t.jobType.name, size: this.planned.get(k) ?? t.size, refillMs: this.demand.refillMs(k) }));
-    return poolStats(this.o.clock.now(), targets, this.entries.map((e) => ({ ...e, jobType: e.target.jobType.name })), this.counters);
+    return poolStats(this.o.clock.now(), targets, this.entries.map((e) => ({ ...e, jobType: e.target.jobType.name })), this.counters, this.o.restore !== null);
   }
 
   /** Destroys every waiting sandbox; no more are started. Resolves when they are gone. */
@@ -222,6 +226,7 @@ export class SandboxPool {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
     await Promise.allSettled(this.entries.splice(0).map((e) => this.destroy(e)));
+    this.o.restore?.clear();
   }
 
   private setTarget(key: string, t: PoolTarget): void {
@@ -245,8 +250,13 @@ export class SandboxPool {
     const o = this.o;
     const t = this.targets.get(key)!;
     const jt = t.jobType;
-    const l = launchWarm(o, t, now);
-    if ('error' in l) return this.failed(key, l.error);
+    const how = o.restore?.next(key) ?? { how: 'boot' as const };
+    if (how.how === 'wait') return; // its template is booting: the image saves this boot
+    const l = launchWarm(o, t, now, how.how === 'restore' ? how.image : undefined);
+    if ('error' in l) {
+      if (how.how === 'template') o.restore?.templateLost(key);
+      return this.failed(key, l.error);
+    }
     const { rd, cgroup, proc, egress, socketPath } = l;
     const e: Entry = {
       id: rd.id,
@@ -258,6 +268,8 @@ export class SandboxPool {
       cgroup,
       proc,
       runscId: l.runscId,
+      start: how.how,
+      checkpointing: false,
       claimed: false,
       runnerReady: false,
       needsEgress: egress,
@@ -289,6 +301,7 @@ export class SandboxPool {
         const at = e.stdout.indexOf('ready\n');
         if (at < 0) return;
         e.runnerReady = true;
+        if (e.start === 'template') return this.makeImage(e);
         const rest = Buffer.from(e.stdout.slice(at + 'ready\n'.length), 'latin1');
         e.stdout = '';
         if (rest.length) this.deliver(e, 'out', rest);
@@ -301,12 +314,17 @@ export class SandboxPool {
       if (!e.claimed) e.stderrTail = (e.stderrTail + b.toString('utf8')).slice(-2000);
       this.deliver(e, 'err', b);
     });
+    // A restored sandbox says `ready` again when this reaches its runner (runner.py `ping`).
+    if (how.how === 'restore') proc.write('ping\n');
     void proc.closed.then(([code, sig, error]) => {
-      if (e.claimed) return;
+      if (e.claimed || e.checkpointing) return;
       const i = this.entries.indexOf(e);
       if (i >= 0) this.entries.splice(i, 1);
       if (!this.stopped) {
-        if (e.state === 'starting') this.failed(key, `${error ?? `exited with ${code ?? sig}`}: ${e.stderrTail.trim()}`);
+        const why = `${error ?? `exited with ${code ?? sig}`}: ${e.stderrTail.trim()}`;
+        if (e.state === 'starting' && e.start === 'template') o.restore?.templateLost(key);
+        if (e.state === 'starting' && e.start === 'restore') o.restore?.failed(key, `a restored sandbox ${why}`);
+        if (e.state === 'starting') this.failed(key, why);
         else o.log.warn({ job_type: jt.name, code, signal: sig }, 'a waiting warm sandbox ended');
       }
       o.background(this.destroy(e));
@@ -314,11 +332,29 @@ export class SandboxPool {
     });
   }
 
+  /** The template of its key said `ready`: checkpoint it (it stops), then refill from the image. */
+  private makeImage(e: Entry): void {
+    e.checkpointing = true;
+    const work = async () => {
+      const made = e.runscId !== null && !e.destroyed && (await this.o.restore!.checkpoint(e.key, e.runscId));
+      if (!made && e.runscId === null) this.o.restore!.failed(e.key, 'the template has no runsc container');
+      const i = this.entries.indexOf(e);
+      if (i >= 0) this.entries.splice(i, 1);
+      await this.destroy(e);
+      setImmediate(() => this.tick());
+    };
+    this.o.background(work());
+  }
+
   /** A sandbox is ready when its runner said so and its egress proxy (allowed_hosts types) listens. */
   private maybeReady(e: Entry): void {
     if (e.state !== 'starting' || e.destroyed || !e.runnerReady || (e.needsEgress && !e.egress)) return;
     e.state = 'ready';
     this.demand.refilled(e.key, this.o.clock.now() - e.createdAt);
+    if (e.start === 'restore') {
+      const c = this.counter(e.target.jobType.name);
+      c.restored = (c.restored ?? 0) + 1;
+    }
     this.failures.delete(e.key);
     for (const w of this.waiters.get(e.key)?.splice(0) ?? []) w();
     if (!e.claimed) setImmediate(() => this.tick());

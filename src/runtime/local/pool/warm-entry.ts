@@ -34,6 +34,10 @@ export interface Entry extends PoolEntryView {
   proc: SpawnedProc;
   runscId: string | null;
   claimed: boolean;
+  /** Booted; booted as the template of its key's checkpoint image; or restored from that image. */
+  start: 'boot' | 'template' | 'restore';
+  /** A template being checkpointed (it stops; its end is no failure). */
+  checkpointing: boolean;
   /** The runner said `ready` (the entry is ready when its egress proxy, if any, listens too). */
   runnerReady: boolean;
   /** allowed_hosts types: the proxy, once it listens; `needsEgress` until then. */
