@@ -24,6 +24,7 @@ import { Metrics } from './metrics.ts';
 import { QUEUED_CHANNEL } from './queue/channels.ts';
 import { Dispatcher, dispatchGate } from './queue/dispatcher.ts';
 import { Slots } from './queue/slots.ts';
+import type { Every } from './queue/holders.ts';
 import { CircuitBreaker } from './resilience/breaker.ts';
 import { RunGuard } from './resilience/guard.ts';
 import { createRuntime } from './runtime/index.ts';
@@ -50,6 +51,10 @@ export interface ServiceOverrides {
   /** Sleep between run attempts (tests make it instant). */
   sleep?: (ms: number) => Promise<void>;
   heartbeatMs?: number;
+  /** Starts the run holder's heartbeat and sweep timers (tests stall a process by pausing them). */
+  holderTimers?: Every;
+  /** This process's `claimed_by` identity (default `host/pid/nonce`; tests run two "replicas" in one process). */
+  workerId?: string;
   pollMs?: number;
   /** Webhook delivery: name resolution, jitter, TLS trust, poll period (tests). */
   webhooks?: Pick<WebhookDeliveryOptions, 'lookup' | 'random' | 'tls' | 'pollMs' | 'clock'>;
@@ -137,6 +142,8 @@ export async function createService(config: Config, o: ServiceOverrides = {}): P
     slots,
     clock,
     ...(o.heartbeatMs ? { heartbeatMs: o.heartbeatMs } : {}),
+    ...(o.holderTimers ? { holderTimers: o.holderTimers } : {}),
+    ...(o.workerId ? { workerId: o.workerId } : {}),
     events: { onStarted: (r) => metrics.started(r), onFinished: (r) => metrics.finished(r), onRequeued: (_r, reason) => metrics.requeues.inc({ reason }) },
   });
   const webhooks = createWebhooks(config, { db, logger, clock, onAttempt: (outcome) => metrics.webhookDeliveries.inc({ outcome }), ...o.webhooks });

@@ -9,7 +9,7 @@ import { hostname } from 'node:os';
 import { systemClock, type Clock } from '../clock.ts';
 import { QueuedNotifier } from '../queue/channels.ts';
 import { Claims } from '../queue/claims.ts';
-import { Holders } from '../queue/holders.ts';
+import { Holders, type Every } from '../queue/holders.ts';
 import type { Slots } from '../queue/slots.ts';
 import { AppError } from '../errors.ts';
 import type { ExecutionRow, NewExecutionRow } from '../store/database.ts';
@@ -35,6 +35,8 @@ export interface ExecutionsOptions extends Pick<RunningOptions, 'db' | 'registry
   clock?: Clock;
   /** Heartbeat (and holder lease renewal) period of held runs. */
   heartbeatMs?: number;
+  /** Starts the holder's timers (default: setInterval). */
+  holderTimers?: Every;
 }
 
 /** Record lifecycle service. */
@@ -61,7 +63,7 @@ export class Executions {
     const workerId = this.workerId;
     this.submissions = new Submissions({ db, registry: o.registry, config: o.config, clock, notifier });
     this.claims = new Claims({ db, workerId, clock, notifier });
-    this.holders = new Holders({ db, workerId, clock, logger, heartbeatMs: this.heartbeatMs, leaseMs: o.config.holder_lease_seconds * 1000, onAdopted: (row) => this.running.execute(row, { adopt: true }) });
+    this.holders = new Holders({ db, workerId, clock, logger, heartbeatMs: this.heartbeatMs, leaseMs: o.config.holder_lease_seconds * 1000, ...(o.holderTimers ? { every: o.holderTimers } : {}), onAdopted: (row) => this.running.execute(row, { adopt: true }) });
     this.running = new Running({ ...o, clock, workerId, holders: this.holders, claims: this.claims, events: o.events });
   }
 
