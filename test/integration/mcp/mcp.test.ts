@@ -178,6 +178,21 @@ describe.skipIf(!asRoot)('MCP with API tokens', () => {
     expect(record).toMatchObject({ stdout: '1\n', correlation_id: 'mcp-corr-1' });
   }, 60_000);
 
+  it('a client that goes away mid-call leaves the server serving (the late answer has nowhere to go)', async () => {
+    const gone = new AbortController();
+    const res = await fetch(`${served.url}/mcp`, {
+      method: 'POST',
+      signal: gone.signal,
+      headers: { ...auth, 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-06-18' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 8, method: 'tools/call', params: { name: 'run_python', arguments: { code: 'import time\ntime.sleep(2)' } } }),
+    });
+    expect(res.status).toBe(200);
+    gone.abort();
+    await new Promise((r) => setTimeout(r, 3500));
+    const client = await httpClient(served.url, TOKEN);
+    expect((await ok(client, 'run_python', { code: 'print("still here")' })).stdout).toBe('still here\n');
+  }, 60_000);
+
   it('list_job_types answers the API\'s job types', async () => {
     const client = await httpClient(served.url, TOKEN);
     const r = await ok(client, 'list_job_types');
