@@ -15,6 +15,7 @@ import { parse as parseExact, stringify as stringifyExact } from 'lossless-json'
 import { createSandpodClient, unwrap, type ExecutionRecordFull, type SandpodClient } from '../client/index.ts';
 import { followJob, type OutputSink } from './follow.ts';
 import { mcpCommand } from './mcp.ts';
+import { addSessionCommands } from './session.ts';
 import { describeError, EXIT, exitCodeOf, formatBytes, formatDuration, Spinner, table, UsageError } from './output.ts';
 
 const DEFAULT_URL = 'http://127.0.0.1:8000';
@@ -371,6 +372,7 @@ export function buildProgram(onExit: (code: number) => void): Command {
     });
 
   program.addCommand(mcpCommand(VERSION).exitOverride());
+  addSessionCommands(program, ctx, onExit);
 
   return program;
 }
