@@ -95,10 +95,14 @@ CLI
                             streams. A module that fails to import is logged there (`sandpod runner:
                             preload of M failed, skipped: ...`) and skipped, with whatever it imported
                             dropped from sys.modules, so the program then gets the real error.
-    --ready-file PATH       with --wait: the held program process creates PATH (empty) once it waits at the
-                            gate, after --preload and --warm-up (so the go port is held and the imports
-                            are done). Kubernetes pool pods are ready only once it exists (a startup
-                            probe tests it).
+    --ready-listen HOST:PORT with --go-port: once the go port is held and the held program process has
+                            done its --preload and --warm-up, the runner listens on HOST:PORT (a
+                            Kubernetes pool pod's own IP) and accepts and closes at once whatever
+                            connects there: a `tcpSocket` startup probe, so the pod counts as ready
+                            only then, without an exec into the sandbox. The listener is opened after
+                            the fork, close-on-exec, in the runner only, and closed when the go
+                            connection arrives: the program never has it, and it is gone before any
+                            of the program's code runs.
     --prompt-exit           the host measures the run's resources itself (the local runtime's cgroups),
                             so the runner need not wait for the kernel to tear the program's process
                             down (about half a millisecond for a forked interpreter) to learn its exit

@@ -16,7 +16,7 @@ class Args:
     prompt_exit = False
     warm_up = False
     go_port = None
-    ready_file = None
+    ready_listen = None
     session = False
 
     def __init__(self):
@@ -38,7 +38,7 @@ def parse_args(argv):
     i = 0
     valued = {'--code', '--input', '--output', '--timeout', '--max-stream-bytes', '--phase-fd', '--env',
               '--python-path', '--rlimit', '--cwd', '--tmp', '--egress-proxy', '--go-port',
-              '--preload', '--ready-file'}
+              '--preload', '--ready-listen'}
     while i < len(argv):
         opt = argv[i]
         val = None
@@ -97,8 +97,8 @@ def parse_args(argv):
                 a.go_port = int(val)
             elif opt == '--preload':
                 a.preload.extend(m for m in val.split(',') if m)
-            elif opt == '--ready-file':
-                a.ready_file = val
+            elif opt == '--ready-listen':
+                a.ready_listen = val
             elif opt == '--reexeced':
                 a.reexeced = True
             else:

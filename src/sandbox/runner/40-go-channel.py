@@ -13,16 +13,50 @@ def open_go_listener(a):
     return s
 
 
-def accept_go(a, listener):
-    """--go-port: the first connection becomes the go channel and the phase fd; the port is let go."""
+def open_ready_listener(a):
+    """--ready-listen HOST:PORT: the port a Kubernetes `tcpSocket` startup probe connects to, opened
+    once the go port is held and the held child's preloads are imported, so the pod counts as ready
+    only then (nothing is exec'd into the sandbox to find out). Opened after the fork, in this process
+    only, and close-on-exec: the program's process never has it, and it is closed when the go
+    connection comes (accept_go), before the program exists."""
+    import socket
+    host, _, port = a.ready_listen.rpartition(':')
+    host = host.strip('[]')
+    s = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, int(port)))
+        s.listen(8)
+    except (OSError, ValueError) as e:
+        die('cannot listen on %s: %s' % (a.ready_listen, e))
+    return s
+
+
+def accept_go(a, listener, ready=None):
+    """--go-port: the first connection becomes the go channel and the phase fd; the port is let go.
+    Connections to the `ready` listener meanwhile are probes: accepted and closed at once (nothing is
+    read from them); it is closed before the go connection is used."""
+    import select
     while True:
         try:
+            if ready is not None:
+                can, _, _ = select.select([listener, ready], [], [])
+                if ready in can:
+                    try:
+                        probe, _ = ready.accept()
+                        probe.close()
+                    except OSError:
+                        pass
+                if listener not in can:
+                    continue
             conn, _ = listener.accept()
             break
         except InterruptedError:
             continue
         except OSError:
             os._exit(EXIT_NOT_DELIVERED)
+    if ready is not None:
+        ready.close()
     listener.close()
     a.phase_fd = os.dup(conn.fileno())
     conn.close()

@@ -45,6 +45,8 @@ def main():
         die('--wait cannot be combined with --exec')
     if a.preload and not a.wait:
         die('--preload needs --wait')
+    if a.ready_listen and a.go_port is None:
+        die('--ready-listen needs --go-port')
 
     out_dir = a.output
 
@@ -62,9 +64,9 @@ def main():
     # --wait: the program's process is forked before `ready` and held at this gate until the go
     # line, so the fork is not part of the run.
     gate_r, gate_w = os.pipe2(os.O_CLOEXEC) if a.wait else (-1, -1)
-    # --preload: the held child says when its imports are done; `ready` waits for that, so a claim
-    # never waits for them.
-    held_r, held_w = os.pipe2(os.O_CLOEXEC) if a.preload else (-1, -1)
+    # --preload, --ready-listen: the held child says when its imports (and warm-up) are done; `ready`
+    # and the ready listener wait for that, so a claim never waits for them.
+    held_r, held_w = os.pipe2(os.O_CLOEXEC) if a.preload or a.ready_listen else (-1, -1)
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.set_wakeup_fd(wake_w)
@@ -114,10 +116,6 @@ def main():
                 os.close(log_fd)
             if a.warm_up:
                 warm_up()
-            # --ready-file: the port is held and the preloads are done; the pod may count as ready
-            # (a Kubernetes startup probe tests the file).
-            if a.ready_file:
-                write_file(a.ready_file, b'')
             if held_w >= 0:
                 os.write(held_w, b'h')
                 os.close(held_w)
@@ -153,12 +151,19 @@ def main():
             # A byte when the imports are done; EOF if the child died first (the run then shows it).
             while True:
                 try:
-                    os.read(held_r, 1)
+                    said = os.read(held_r, 1)
                     break
                 except InterruptedError:
                     continue
             os.close(held_r)
-        wait_for_go(a, accept_go(a, go_listener) if go_listener is not None else 0)
+            # A pool pod whose program process died while it prepared (its preload killed: out of
+            # memory) never becomes ready: it ends now, and its pool replaces it.
+            if not said and a.ready_listen:
+                die('the program process ended before it was ready')
+        # --ready-listen: opened now (after the fork: the program's process never has it), closed by
+        # accept_go when the go connection comes.
+        ready = open_ready_listener(a) if a.ready_listen else None
+        wait_for_go(a, accept_go(a, go_listener, ready) if go_listener is not None else 0)
         t0 = time.monotonic()
         go_env = b''.join(('%s=%s\n' % kv).encode('utf-8', 'surrogateescape') for kv in a.go_env.items())
         if len(go_env) >= 4000:

@@ -48,7 +48,10 @@ async function replica(identity: string): Promise<Runtime> {
 
 const unclaimedPool = () => fake.list('jobs', NS).filter((j) => j.metadata.labels?.[POOL_LABELS.pool] && !j.metadata.labels?.[LABELS.executionId] && !j.metadata.deletionTimestamp);
 const readyIdle = () =>
-  unclaimedPool().filter((j) => fake.podOfJob(j.metadata.name)?.status?.containerStatuses?.find((c: { name: string }) => c.name === 'main')?.state?.running);
+  unclaimedPool().filter((j) => {
+    const main = fake.podOfJob(j.metadata.name)?.status?.containerStatuses?.find((c: { name: string }) => c.name === 'main');
+    return main?.state?.running && main.ready; // its startup probe passed
+  });
 const leaders = () => replicas.filter((r) => r.leadership!().leading);
 
 /**
@@ -104,6 +107,8 @@ describe('three replicas (fake API server, real runner)', () => {
 
     const fill = await maxPoolDuring(() => fake.waitFor(() => readyIdle().length === 2, 8000, 'two ready pool pods'));
     expect(fill).toBeLessThanOrEqual(2);
+    // ... and every replica's informer has seen them ready (their startup probe passed last).
+    await fake.waitFor(() => replicas.every((r) => r.warmPoolStats!().some((st) => st.ready === 2)), 8000, 'every replica sees two ready');
 
     // Nine runs, three through each replica, at once: every one succeeds once, with its own output.
     const specs = Array.from({ length: 9 }, (_, i) => spec({ code: `print("run-${i}")` }));

@@ -34,7 +34,9 @@ const idle = (jobTypeName = 'default') => poolJobs(jobTypeName).filter((j) => !j
 const readyIdle = () =>
   idle().filter((j) => {
     const pod = fake.podOfJob(j.metadata.name);
-    return pod?.status?.containerStatuses?.find((c: { name: string }) => c.name === 'main')?.state?.running && !pod.metadata.deletionTimestamp;
+    // Ready as the pool counts it: main running and its startup probe passed (the runner's ready port).
+    const main = pod?.status?.containerStatuses?.find((c: { name: string }) => c.name === 'main');
+    return main?.state?.running && main.ready && !pod?.metadata.deletionTimestamp;
   });
 
 beforeEach(async () => {

@@ -117,7 +117,8 @@ describe('warm pool pod', () => {
     const ready = () =>
       warmFake.list('jobs', 'sandpod-jobs').some((j) => {
         const pod = j.metadata.labels?.[POOL_LABELS.pool] === 'default' ? warmFake.podOfJob(j.metadata.name) : undefined;
-        return pod?.status?.containerStatuses?.find((c: J) => c.name === 'main')?.state?.running && !pod.metadata.deletionTimestamp;
+        const main = pod?.status?.containerStatuses?.find((c: J) => c.name === 'main');
+        return main?.state?.running && main.ready && !pod?.metadata.deletionTimestamp; // its startup probe passed
       });
     await warmFake.waitFor(ready, 60_000, 'a ready pool pod');
     const traceId = 'c0ffee00c0ffee00c0ffee00c0ffee00';

@@ -37,6 +37,11 @@
  *   collector's (paths /code, /input, /output, /tmp, /control mapped to directories of the fake, the go
  *   port to one of its own per pod), so the hand-over, the go line, the run and `done N` are theirs;
  *   `main`'s stdout and stderr are its log, the collector's stdout its; `main` terminates with the runner's exit status;
+ *   the command's `$(VAR)` references are expanded from the container's env as the kubelet does
+ *   (`fieldRef: status.podIP` is the pod's IP, 127.0.0.1 here), and a `tcpSocket` startup probe of
+ *   `main` runs as the kubelet runs it: `main` is `started: false, ready: false` until a TCP
+ *   connection to the probed port (mapped, like the go port, to one of the pod's own) succeeds, tried
+ *   every `probePeriodMs` (the probe's `periodSeconds`, scaled down);
  * - update (PUT) with optimistic concurrency: a `resourceVersion` other than the stored one is 409
  *   Conflict, as the API server answers; JSON patch (RFC 6902 add/replace/remove) of pods.
  *
@@ -57,6 +62,7 @@ import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import http from 'node:http';
+import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Readable } from 'node:stream';
@@ -173,6 +179,8 @@ export interface FakeKubeOptions {
    * and run the real runner of their command (see the module comment).
    */
   runWarmPods?: boolean;
+  /** The period of warm pods' `tcpSocket` startup probes, ms (default 25; a kubelet's is the probe's `periodSeconds`). */
+  probePeriodMs?: number;
   /**
    * Keep `metadata.managedFields` on every stored object as a real API server does (server-side
    * apply's field ownership: one FieldsV1 entry naming every field set). Off by default (the tests
@@ -267,6 +275,8 @@ export class FakeKube {
    * its next status sync, up to a second later); attach reaches the running process meanwhile. 0: at once.
    */
   statusLagMs = 0;
+  /** Startup probe connections that succeeded (one per warm pod that became ready). */
+  probeConnects = 0;
   /** Attaches refused because the container was not running (yet). */
   attachRefusals = 0;
   /** Exec upgrades refused because the container had not started. */
@@ -1337,11 +1347,30 @@ export class FakeKube {
       for (const [from, to] of Object.entries(dirs)) if (a === from || a.startsWith(from + '/')) return to + a.slice(from.length);
       return a;
     };
-    // Every pod of the fake shares the host's loopback: each gets its own go port.
+    // Every pod of the fake shares the host's loopback: each gets its own go port, and its own port
+    // for what main's startup probe connects to.
     const port = this.nextGoPort++;
-    const argsOf = (command: string[]) => {
+    const probe = (main as { startupProbe?: { tcpSocket?: { port?: number | string } } }).startupProbe?.tcpSocket;
+    const probePort = probe ? this.nextGoPort++ : 0;
+    const podIP = '127.0.0.1';
+    this.updatePod(podName, (p) => {
+      p.status.podIP ??= podIP;
+      p.status.podIPs ??= [{ ip: p.status.podIP }];
+    });
+    // The kubelet's expansion of `$(VAR)` in a container's command: from its env (literal values and
+    // the pod IP by fieldRef); `$$` is a literal `$`; an unknown reference stays as written.
+    const vars = new Map<string, string>();
+    for (const e of (main as { env?: { name: string; value?: string; valueFrom?: { fieldRef?: { fieldPath?: string } } }[] }).env ?? []) {
+      if (e.value !== undefined) vars.set(e.name, e.value);
+      else if (e.valueFrom?.fieldRef?.fieldPath === 'status.podIP') vars.set(e.name, podIP);
+    }
+    const expand = (a: string) => a.replace(/\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)/g, (m, name: string | undefined) => (name === undefined ? '$' : (vars.get(name) ?? m)));
+    const argsOf = (command: string[], own: boolean) => {
       const py = command.indexOf('python3');
-      const args = command.slice(py + 1).map((a, i, all) => (all[i - 1] === '-c' ? a : all[i - 1] === '--go-port' ? String(port) : mapPath(a)));
+      const ported = (a: string) => (probe && a.endsWith(`:${String(probe.port)}`) ? `${a.slice(0, a.lastIndexOf(':'))}:${probePort}` : a);
+      const args = (own ? command.map(expand) : command)
+        .slice(py + 1)
+        .map((a, i, all) => (all[i - 1] === '-c' ? a : all[i - 1] === '--go-port' ? String(port) : all[i - 1] === '--ready-listen' ? ported(a) : mapPath(a)));
       // Without --rlimit (the fake runs as whoever runs the tests; an fsize limit would also apply to its writes).
       const clean: string[] = [];
       for (let i = 0; i < args.length; i++) {
@@ -1351,7 +1380,7 @@ export class FakeKube {
       return clean;
     };
     const env = { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: dirs['/tmp']!, TMPDIR: dirs['/tmp']!, LANG: 'C.UTF-8' };
-    const child = spawn('python3', argsOf(main.command), { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn('python3', argsOf(main.command, true), { env, stdio: ['ignore', 'pipe', 'pipe'] });
     const entry = { child, sinks: new Set<(b: Buffer) => void>(), attached: false };
     this.procs.set(podName, entry);
     this.startedPods.add(podName);
@@ -1366,7 +1395,7 @@ export class FakeKube {
       if (!this.get('pods', pod.metadata.namespace, podName)) return;
       this.mainTerminated(podName, code ?? (signal ? 137 : 1));
     });
-    const deliver = spawn('python3', argsOf(collector.command), { env, stdio: ['pipe', 'pipe', 'ignore'] });
+    const deliver = spawn('python3', argsOf(collector.command, false), { env, stdio: ['pipe', 'pipe', 'ignore'] });
     const dEntry = { child: deliver, sinks: new Set<(b: Buffer) => void>(), attached: false };
     this.delivers.set(podName, dEntry);
     deliver.stdout!.on('data', (b: Buffer) => {
@@ -1382,8 +1411,38 @@ export class FakeKube {
         if (this.procs.has(podName)) this.mainRunning(podName);
         // main ended within the lag (its end is reported already): the collector's start still is.
         else this.updatePod(podName, (p) => this.setContainer(p, 'collector', { running: { startedAt: kubeTime() } }, { started: true, ready: true }));
+        if (probe) this.runStartupProbe(podName, probePort);
       });
-    } else this.mainRunning(podName);
+    } else {
+      this.mainRunning(podName);
+      if (probe) this.runStartupProbe(podName, probePort);
+    }
+  }
+
+  /**
+   * `main`'s `tcpSocket` startup probe, as the kubelet runs it: not started and not ready until a
+   * connection to `port` succeeds (then both, and the probe stops); tried every probePeriodMs while
+   * main runs.
+   */
+  private runStartupProbe(podName: string, port: number): void {
+    const mainOf = (p: KObj | undefined) => p?.status?.containerStatuses?.find((c: { name: string }) => c.name === 'main');
+    const running = () => !!mainOf(this.list('pods').find((p) => p.metadata.name === podName))?.state?.running;
+    if (!running()) return;
+    this.updatePod(podName, (p) => Object.assign(mainOf(p) ?? {}, { started: false, ready: false }));
+    const attempt = () => {
+      if (!running() || !this.procs.has(podName)) return;
+      const sock = net.connect({ host: '127.0.0.1', port });
+      sock.once('connect', () => {
+        sock.destroy();
+        this.probeConnects++;
+        if (running()) this.updatePod(podName, (p) => Object.assign(mainOf(p) ?? {}, { started: true, ready: true }));
+      });
+      sock.once('error', () => {
+        sock.destroy();
+        this.later(this.opts.probePeriodMs ?? 25, attempt);
+      });
+    };
+    attempt();
   }
 
   private async runExec(ws: WebSocket, call: ExecCall, pod: KObj): Promise<void> {

@@ -17,7 +17,7 @@
  * -c`), so the pod mounts no Secret at all.
  */
 import { createHash } from 'node:crypto';
-import type { V1Job, V1Pod } from '@kubernetes/client-node';
+import type { V1Container, V1Job, V1Pod } from '@kubernetes/client-node';
 import { jobRef, type JobType } from '../../../jobtypes/job-type.ts';
 import type { RunSpec } from '../../runtime.ts';
 import { SECRET_KEYS, buildJob, builtImage, extraRequirements, jobDeadlineSeconds, type BuildJobConfig } from '../runs/build-job.ts';
@@ -64,16 +64,23 @@ export interface PoolJobOptions {
 export const GO_PORT = 7719;
 
 /**
- * Where `main`'s runner says it is ready (runner `--ready-file`): its go port held and its preloads
- * imported. Until the startup probe has seen it, the kubelet reports `main` not ready and the pod is
- * no claim candidate: a pod counted ready when its container merely ran could be handed a program
- * before its runner listened (the hand-over then waited for the interpreter's start, seconds under
- * gVisor), and a preloading pod would make the program wait for its imports.
+ * The port `main`'s runner says it is ready on (runner `--ready-listen`), on the pod's own IP: it
+ * listens there once its go port is held and its preloads are imported, and accepts and closes
+ * whatever connects. `main`'s startup probe is a `tcpSocket` probe of it, so the kubelet reports
+ * `main` not ready until then, and nothing is exec'd into the sandbox to find out (under gVisor an
+ * exec'd probe could not always read the container's /tmp). Isolation: the runner opens it after the
+ * program's process was forked, close-on-exec, and closes it when the go connection comes, before the
+ * program exists: the program never holds it, and no run can answer a later probe. A pod counted ready
+ * when its container merely ran could be handed a program before its runner listened, and a preloading
+ * pod would make the program wait for its imports.
  */
-export const READY_FILE = '/tmp/.sandpod-ready';
+export const READY_PORT = 7720;
 
-/** `main`'s startup probe on pool pods: the ready file, tested every second for up to 10 minutes. */
-const READY_PROBE = { exec: { command: ['/bin/sh', '-c', `test -e ${READY_FILE}`] }, periodSeconds: 1, timeoutSeconds: 5, failureThreshold: 600 };
+/** The variable (downward API, `status.podIP`) `main`'s command names the ready address by; `env -i` drops it before the runner. */
+export const POD_IP_ENV = 'SANDPOD_POD_IP';
+
+/** `main`'s startup probe on pool pods: the ready port, tried every second for up to 10 minutes. */
+const READY_PROBE = { tcpSocket: { port: READY_PORT }, periodSeconds: 1, timeoutSeconds: 5, failureThreshold: 600 };
 
 /** Option names of the runner whose value the go line supplies (dropped from a pool pod's command). */
 const PER_RUN_OPTIONS = new Set(['--timeout', '--max-stream-bytes']);
@@ -116,7 +123,7 @@ function buildPoolJobBody(jobType: JobType, config: BuildJobConfig, opts: PoolJo
   // The type's `preload` modules are imported by the held program process before the go line (a
   // module that fails there is skipped; the program then gets the real error).
   const preload = jobType.preload.length > 0 ? ['--preload', jobType.preload.join(',')] : [];
-  const command = [...head, '-c', opts.runnerSource, ...args, '--wait', '--go-port', String(GO_PORT), ...preload, '--ready-file', READY_FILE];
+  const command = [...head, '-c', opts.runnerSource, ...args, '--wait', '--go-port', String(GO_PORT), ...preload, '--ready-listen', `$(${POD_IP_ENV}):${READY_PORT}`];
   // main keeps the run Job's mounts (code and input read-only), minus the runner's Secret.
   const mounts = (main.volumeMounts ?? []).filter((m) => m.name !== 'runner');
   const collectorMounts = [...(collector.volumeMounts ?? []), { name: 'code', mountPath: '/code' }, { name: 'input', mountPath: '/input' }];
@@ -142,7 +149,11 @@ function buildPoolJobBody(jobType: JobType, config: BuildJobConfig, opts: PoolJo
     .filter((v) => v.name !== 'runner')
     .map((v) => (v.name === 'code' || v.name === 'input' ? { name: v.name, emptyDir: { sizeLimit: DELIVERY_VOLUME_LIMIT } } : v));
   const containers = podSpec.containers.map((c) => {
-    if (c.name === CONTAINERS.main) return { ...main, command, volumeMounts: mounts, startupProbe: READY_PROBE };
+    if (c.name === CONTAINERS.main) {
+      // The pod's IP for the ready listener: the kubelet expands `$(SANDPOD_POD_IP)` in the command.
+      const env = [...(main.env ?? []), { name: POD_IP_ENV, valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } }];
+      return { ...main, command, env, volumeMounts: mounts, startupProbe: READY_PROBE };
+    }
     if (c.name === CONTAINERS.collector) return { ...collector, command: collectorCommand, volumeMounts: collectorMounts, stdin: true, stdinOnce: true };
     return c;
   });
@@ -224,11 +235,21 @@ export function coldAttachJob(spec: RunSpec, config: BuildJobConfig, opts: Omit<
       template: {
         ...job.spec!.template,
         metadata: { labels: { ...labels }, annotations: { ...annotations } },
-        // Its program comes as soon as the collector runs: no readiness to wait for.
-        spec: { ...job.spec!.template.spec!, containers: job.spec!.template.spec!.containers.map(({ startupProbe: _probe, ...c }) => c) },
+        // Its program comes as soon as the collector runs: no readiness to wait for (no probe, no ready port).
+        spec: { ...job.spec!.template.spec!, containers: job.spec!.template.spec!.containers.map(withoutReadiness) },
       },
     },
   };
+}
+
+/** A pool pod's container without what tells its readiness (the startup probe, `--ready-listen` and the pod IP variable). */
+function withoutReadiness({ startupProbe: _probe, ...c }: V1Container): V1Container {
+  if (c.name !== CONTAINERS.main) return c;
+  const at = c.command?.indexOf('--ready-listen') ?? -1;
+  const command = at < 0 ? c.command : [...c.command!.slice(0, at), ...c.command!.slice(at + 2)];
+  const env = (c.env ?? []).filter((e) => e.name !== POD_IP_ENV);
+  const { env: _env, ...rest } = c;
+  return { ...rest, command, ...(env.length > 0 ? { env } : {}) };
 }
 
 /** JSON patch of a claimed pod's labels and annotations (both maps exist on pool pods). */
@@ -313,9 +334,7 @@ export function memberOf(job: V1Job, pod: V1Pod | undefined): PoolMember | null 
     jobType,
     specHash: labels[POOL_LABELS.specHash] ?? '',
     createdAt: toMs(job.metadata.creationTimestamp) ?? 0,
-    // `ready` of main: false until its startup probe saw the runner's ready file. (Known gap: on
-    // kcluster under gVisor a preloading pod's main stayed unready, `started` true, its exec'd probe
-    // unable to read /tmp; gating on `started` instead let hand-overs reach runners not yet listening.)
+    // `ready` of main: false until its startup probe reached the runner's ready port (READY_PORT).
     ready: !!pod && !deleting && !podEnded && stuck === undefined && !!cs(CONTAINERS.main)?.state?.running && cs(CONTAINERS.main)?.ready !== false && !!cs(CONTAINERS.collector)?.state?.running,
     claimed: !!labels[LABELS.executionId],
     deleting,

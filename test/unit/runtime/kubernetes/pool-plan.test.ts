@@ -1,7 +1,7 @@
 /** The warm pool's pure decisions (pool-plan.ts), as tables with an explicit clock. */
 import { describe, expect, it } from 'vitest';
 import type { V1Job } from '@kubernetes/client-node';
-import { GO_PORT, READY_FILE, poolable, claimOrder, claimedJob, coldAttachJob, memberOf, planPool, poolBackoffMs, poolJob, type PoolMember } from '../../../../src/runtime/kubernetes/pool/pool-plan.ts';
+import { GO_PORT, POD_IP_ENV, READY_PORT, poolable, claimOrder, claimedJob, coldAttachJob, memberOf, planPool, poolBackoffMs, poolJob, type PoolMember } from '../../../../src/runtime/kubernetes/pool/pool-plan.ts';
 import { afterHandOverFailure, decide, newRunState } from '../../../../src/runtime/kubernetes/runs/decide.ts';
 import { BUILT_SITE_DIR, buildJob } from '../../../../src/runtime/kubernetes/runs/build-job.ts';
 import { jobType, testConfig } from '../../../support/kube-runtime.ts';
@@ -166,8 +166,13 @@ describe('pool Job and claim', () => {
     expect(main.command!.some((a) => /PROXY=/i.test(a))).toBe(proxyEnv);
     if (t.build) expect(main.command!.slice(main.command!.indexOf('--python-path'), main.command!.indexOf('--python-path') + 2)).toEqual(['--python-path', BUILT_SITE_DIR]);
     // Ready only once the runner says so: its go port held, its preloads imported.
-    expect(main.command!.slice(main.command!.indexOf('--ready-file'), main.command!.indexOf('--ready-file') + 2)).toEqual(['--ready-file', READY_FILE]);
-    expect(main.startupProbe?.exec?.command).toEqual(['/bin/sh', '-c', `test -e ${READY_FILE}`]);
+    // It says so on the pod's IP (the kubelet expands the downward API variable), which a tcpSocket
+    // startup probe connects to: no exec into the sandbox.
+    expect(main.command!.slice(main.command!.indexOf('--ready-listen'), main.command!.indexOf('--ready-listen') + 2)).toEqual(['--ready-listen', `$(${POD_IP_ENV}):${READY_PORT}`]);
+    expect(main.env).toContainEqual({ name: POD_IP_ENV, valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } });
+    expect(main.startupProbe).toEqual({ tcpSocket: { port: READY_PORT }, periodSeconds: 1, timeoutSeconds: 5, failureThreshold: 600 });
+    expect(main.startupProbe?.exec).toBeUndefined();
+    expect(READY_PORT).not.toBe(GO_PORT);
     const at = main.command!.indexOf('--preload');
     expect(at < 0 ? undefined : main.command![at + 1]).toBe(preload);
   });
@@ -182,7 +187,12 @@ describe('pool Job and claim', () => {
     expect(attach).toEqual(cold);
     expect(cold.filter((m) => m.readOnly).map((m) => m.mountPath)).toEqual(expect.arrayContaining(['/code', '/input']));
     // A cold attach pod's program comes as soon as its collector runs: no startup probe to pass.
-    expect(mainOf(coldAttachJob(run, cfg, { runtimeClassName: 'gvisor', runnerSource: 'R', deliverSource: 'D', name: 'sp-e-1', graceSec: 5 })).startupProbe).toBeUndefined();
+    const attachMain = mainOf(coldAttachJob(run, cfg, { runtimeClassName: 'gvisor', runnerSource: 'R', deliverSource: 'D', name: 'sp-e-1', graceSec: 5 }));
+    expect(attachMain.startupProbe).toBeUndefined();
+    // ... and no ready port: its runner goes straight to the go port.
+    expect(attachMain.command).not.toContain('--ready-listen');
+    expect(attachMain.command!.slice(-2)).toEqual(['--go-port', String(GO_PORT)]);
+    expect((attachMain.env ?? []).map((e) => e.name)).not.toContain(POD_IP_ENV);
   });
 
   it('a claim labels the Job, keeps its resourceVersion and sets a deadline counted from now', () => {
