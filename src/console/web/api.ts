@@ -41,6 +41,8 @@ export type DlqStats = Schemas['DlqStats'];
 export type Health = Schemas['Health'];
 export type HealthStatus = Schemas['HealthStatus'];
 export type PoolStats = Schemas['PoolStats'];
+export type Session = Schemas['Session'];
+export type CellResult = Schemas['CellResult'];
 
 /** An answer that was not a success: the service's error body when it sent one. */
 export class ApiError extends Error {
@@ -179,6 +181,12 @@ export const api = {
   dlqDelete: (id: number) => call<{ id: number; deleted: true }>('DELETE', `dlq/${id}`),
   health: () => call<Health | HealthStatus>('GET', 'health', { accept: [503] }),
   pool: () => call<PoolStats>('GET', 'pool/stats'),
+  sessions: (q: { status?: string; limit?: number; offset?: number }) => call<Page<Session>>('GET', 'sessions', { query: q }),
+  session: (id: string) => call<Session>('GET', `sessions/${enc(id)}`),
+  createSession: (body: { job_type?: string }) => call<Session>('POST', 'sessions', { body }),
+  closeSession: (id: string) => call<Session>('DELETE', `sessions/${enc(id)}`),
+  /** Runs a cell; its answer comes when it ends (the session's event stream shows it live). */
+  execute: (id: string, code: string) => call<CellResult>('POST', `sessions/${enc(id)}/execute`, { body: { code }, accept: [503] }),
   artifactUrl: (id: string, name: string) => apiUrl(`jobs/${enc(id)}/artifacts/${enc(name)}`),
   /** An artifact's text (for the submitted code and input). */
   async artifactText(id: string, name: string): Promise<string> {

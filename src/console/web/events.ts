@@ -84,32 +84,50 @@ export function followRun(id: string, h: RunHandlers): () => void {
 }
 
 async function stream(id: string, h: RunHandlers, signal: AbortSignal): Promise<void> {
+  const how = await readEvents(`jobs/${encodeURIComponent(id)}/events`, signal, {
+    onEvent: (ev) => dispatch(ev, h),
+    mode: (m) => h.mode(m),
+    // The job is unknown (then GET /jobs/{id} is a 404 too, and its error is the one shown), or
+    // the service has no stream (the job is there): follow by polling.
+    onNotFound: async () => void (await api.job(id)),
+  });
+  if (how === 'not_found') return poll(id, h, signal);
+}
+
+/**
+ * Reads the event stream at `path` (a job's or a session's) until `onEvent` says its last event came
+ * (`ended`), resuming a dropped connection with `Last-Event-ID` after a growing pause. A 404 calls
+ * `onNotFound` (which throws when the thing itself is unknown) and answers `not_found`.
+ */
+export async function readEvents(
+  path: string,
+  signal: AbortSignal,
+  o: { onEvent(ev: EventSourceMessage): boolean; mode(m: FollowMode): void; onNotFound(): Promise<void> },
+): Promise<'ended' | 'not_found' | 'aborted'> {
   let lastId: string | undefined;
   let failures = 0;
-  h.mode('connecting');
+  o.mode('connecting');
   while (!signal.aborted) {
     let ended = false;
     try {
       const headers = authHeaders({ Accept: 'text/event-stream', ...(lastId ? { 'Last-Event-ID': lastId } : {}) });
-      const res = await fetch(apiUrl(`jobs/${encodeURIComponent(id)}/events`), { headers, signal, cache: 'no-store' });
+      const res = await fetch(apiUrl(path), { headers, signal, cache: 'no-store' });
       if (res.status === 404) {
         await res.body?.cancel();
-        // The job is unknown (then GET /jobs/{id} is a 404 too, and its error is the one shown), or
-        // the service has no stream (the job is there): follow by polling.
-        await api.job(id);
-        return poll(id, h, signal);
+        await o.onNotFound();
+        return 'not_found';
       }
       if (!res.ok || !res.body) {
         const err = await toApiError(res);
         if (res.status >= 400 && res.status < 500 && res.status !== 408 && res.status !== 429) throw err;
         throw Object.assign(err, { retry: true });
       }
-      h.mode('stream');
+      o.mode('stream');
       failures = 0;
       const parser = createParser({
         onEvent(ev) {
           if (ev.id !== undefined) lastId = ev.id;
-          if (dispatch(ev, h)) ended = true;
+          if (o.onEvent(ev)) ended = true;
         },
       });
       const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
@@ -123,18 +141,19 @@ async function stream(id: string, h: RunHandlers, signal: AbortSignal): Promise<
         }
       }
     } catch (err) {
-      if (signal.aborted) return;
+      if (signal.aborted) return 'aborted';
       if (err instanceof ApiError && !(err as ApiError & { retry?: boolean }).retry) throw err;
       // A network error or a 5xx: resume below.
     }
     if (ended) {
-      h.mode('ended');
-      return;
+      o.mode('ended');
+      return 'ended';
     }
-    h.mode('reconnecting');
+    o.mode('reconnecting');
     failures++;
     await sleep(Math.min(500 * 2 ** failures, MAX_BACKOFF_MS), signal);
   }
+  return 'aborted';
 }
 
 async function poll(id: string, h: RunHandlers, signal: AbortSignal): Promise<void> {

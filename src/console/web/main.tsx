@@ -7,6 +7,8 @@ import { DlqPage } from './pages/dlq.tsx';
 import { HealthPage } from './pages/health.tsx';
 import { RunPage } from './pages/run.tsx';
 import { RunsPage } from './pages/runs.tsx';
+import { SessionPage } from './pages/session.tsx';
+import { SessionsPage } from './pages/sessions.tsx';
 import { SubmitPage } from './pages/submit.tsx';
 import { useRoute, type Route } from './ui.tsx';
 
@@ -14,6 +16,8 @@ function Page({ route }: { route: Route }) {
   const [first, second] = route.path;
   if (first === 'runs' && second) return <RunPage id={second} />;
   if (first === 'submit') return <SubmitPage />;
+  if (first === 'sessions' && second) return <SessionPage id={second} />;
+  if (first === 'sessions') return <SessionsPage />;
   if (first === 'dlq') return <DlqPage route={route} />;
   if (first === 'health') return <HealthPage />;
   return <RunsPage route={route} />;
@@ -73,6 +77,7 @@ function App() {
         <nav>
           {nav('runs', 'Runs')}
           {nav('submit', 'New run')}
+          {nav('sessions', 'Sessions')}
           {nav('dlq', 'Dead letters')}
           {nav('health', 'Health')}
           <a href="docs">API</a>

@@ -8,11 +8,11 @@
 import { readFile } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
 import type { ServerType } from '@hono/node-server';
-import type { Browser, BrowserContext, Page } from 'playwright-core';
+import type { Browser, BrowserContext } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { insertDlq } from '../../../src/store/dlq.repository.ts';
 import { listen, startTestService, type TestService } from '../../support/service.ts';
-import { describeWithChromium, launchChromium } from './browser.ts';
+import { describeWithChromium, launchChromium, watchedPage } from './browser.ts';
 
 const TOKEN = 'console-browser-token-0123456789';
 
@@ -46,22 +46,6 @@ async function stop(r: Running | undefined): Promise<void> {
   if (!r) return;
   await new Promise<void>((resolve) => r.server.close(() => resolve()));
   await r.svc.close();
-}
-
-/** A page that records script errors and CSP violations (Chromium reports both on the console). */
-async function watchedPage(context: BrowserContext): Promise<{ page: Page; problems: string[] }> {
-  const page = await context.newPage();
-  const problems: string[] = [];
-  page.on('pageerror', (err) => problems.push(`pageerror: ${err.message}`));
-  page.on('console', (msg) => {
-    const text = msg.text();
-    // Failed loads the page expects are logged by Chromium too: 401s before the token is given, and the
-    // event stream's 404 on a service without it (the page then polls). Any other error is a problem.
-    const expected = /status of 401/.test(text) || (/status of 404/.test(text) && msg.location().url.endsWith('/events'));
-    if (msg.type() === 'error' && !expected) problems.push(`console: ${text} (${msg.location().url})`);
-    if (/Content Security Policy/i.test(text)) problems.push(`csp: ${text}`);
-  });
-  return { page, problems };
 }
 
 /** Whether the service has the event stream (issue 12 point 1), told by its 404 for an unknown id: a route's 404 says "no route". */
