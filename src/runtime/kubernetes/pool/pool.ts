@@ -233,6 +233,11 @@ export class WarmPool {
       const job = this.o.controller.jobs.get(name);
       const pod = this.o.controller.pods.list().find((p) => p.metadata?.labels?.['job-name'] === name);
       if (!job || !pod?.metadata?.name) continue;
+      // The cache may have moved on since the order was made (an earlier claim of this loop's awaits,
+      // by another run of this replica, came back through the watch): a Job claimed since is not a
+      // candidate, and an update at its new version would succeed and hand one pod to two runs.
+      const now = memberOf(job, pod);
+      if (!now || now.claimed || now.deleting) continue;
       let updated = await this.o.api.replaceJob(claimedJob(job, spec, this.o.config.kubernetes.deadline_grace_seconds, this.o.clock.now()));
       if (!updated) {
         // 409: changed since our cache saw it. Claimed by another replica (or run): next one. Only its
