@@ -1,13 +1,13 @@
 /**
  * `sandpod session new|exec|put|get|ls|rm` and `sandpod exec ID FILE` (issue 19; README "Command
  * line"): sessions through the typed client's `sessions` methods. A cell's output goes to our
- * stdout and stderr and `exec` exits with the cell's exit code, as `run` does; `--json` prints the
- * service's answer instead.
+ * stdout and stderr as it is written (from the session's event stream) and `exec` exits with the
+ * cell's exit code, as `run` does; `--json` prints the service's answer instead.
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Command } from 'commander';
-import type { CellResult, SandpodClient } from '../client/index.ts';
+import type { CellRequest, CellResult, SandpodClient } from '../client/index.ts';
 import { EXIT, formatBytes, formatDuration, table, UsageError } from './output.ts';
 
 interface Ctx {
@@ -64,20 +64,61 @@ function fileName(name: string): string {
   return name;
 }
 
-/** Runs FILE as the session's next cell; prints its output; returns its exit code. */
-async function execCell(c: Ctx, id: string, file: string, o: { input?: string; timeout?: number }): Promise<number> {
-  const input = inputOf(o.input);
-  const r: CellResult = await c.client.sessions.execute(id, { code: readSource(file), ...(input ? { input_data: input } : {}), ...(o.timeout ? { timeout: o.timeout } : {}) });
-  const code = cellExitCode(r);
-  if (c.json) {
-    printJson(r);
-    return code;
+/**
+ * Runs a cell while following the session's event stream from the cell after the last one, printing
+ * that cell's output as it is written. What the stream did not deliver (a service without it, a
+ * dropped connection) is printed from the answer afterwards, so the output is complete either way.
+ */
+async function execLive(c: Ctx, id: string, body: CellRequest): Promise<CellResult> {
+  const before = await c.client.sessions.get(id);
+  const printed = { stdout: '', stderr: '' };
+  let cellId: string | null = null;
+  const ctl = new AbortController();
+  // After every event of the last cell (the largest id there can be): the stream starts at the next cell.
+  const lastEventId = `${before.cells}:999999999999999`;
+  const follow = (async () => {
+    for await (const ev of c.client.sessions.events(id, { lastEventId, signal: ctl.signal, retries: 2 })) {
+      if (ev.event === 'cell') cellId ??= ev.data.execution_id;
+      else if ((ev.event === 'stdout' || ev.event === 'stderr') && ev.data.execution_id === cellId) {
+        process[ev.event].write(ev.data.data);
+        printed[ev.event] += ev.data.data;
+      } else if (ev.event === 'cell_end' && ev.data.execution_id === cellId) return;
+    }
+  })().catch(() => undefined);
+  try {
+    const r = await c.client.sessions.execute(id, body);
+    // The stream is at most moments behind the answer: let it reach the cell's end, briefly.
+    await Promise.race([follow, new Promise((res) => setTimeout(res, 3000).unref())]);
+    const mine = cellId === r.execution_id;
+    for (const s of ['stdout', 'stderr'] as const) {
+      const rest = mine && r[s].startsWith(printed[s]) ? r[s].slice(printed[s].length) : r[s];
+      if (rest) process[s].write(rest);
+    }
+    return r;
+  } finally {
+    ctl.abort();
   }
-  process.stdout.write(r.stdout);
-  process.stderr.write(r.stderr);
+}
+
+/** Runs FILE as the session's next cell; prints its output (live unless `follow` is false); returns its exit code. */
+async function execCell(c: Ctx, id: string, file: string, o: { input?: string; timeout?: number; follow: boolean }): Promise<number> {
+  const input = inputOf(o.input);
+  const body: CellRequest = { code: readSource(file), ...(input ? { input_data: input } : {}), ...(o.timeout ? { timeout: o.timeout } : {}) };
+  if (c.json) {
+    const r = await c.client.sessions.execute(id, body);
+    printJson(r);
+    return cellExitCode(r);
+  }
+  let r: CellResult;
+  if (o.follow) r = await execLive(c, id, body);
+  else {
+    r = await c.client.sessions.execute(id, body);
+    process.stdout.write(r.stdout);
+    process.stderr.write(r.stderr);
+  }
   const programFailure = r.exit_code !== null && r.exit_code !== 0 && r.error?.type !== 'oom';
   if (!r.success && !programFailure && r.error) process.stderr.write(`sandpod: cell ${r.cell} (${r.execution_id}): ${r.error.type}: ${r.error.message}\n`);
-  return code;
+  return cellExitCode(r);
 }
 
 /** `sandpod session …` and `sandpod exec`, added to `program`. */
@@ -109,7 +150,8 @@ export function addSessionCommands(program: Command, ctx: (cmd: Command) => Ctx,
       .argument('<file>', 'the cell (.py), or - for stdin')
       .option('--input <json>', "the cell's input data: inline JSON, @file or @- (/input/data.json)")
       .option('--timeout <seconds>', "the cell's time limit", seconds('--timeout'))
-      .action(async (id: string, file: string, o: { input?: string; timeout?: number }, c: Command) => onExit(await execCell(ctx(c), id, file, o)));
+      .option('--no-follow', 'print the output when the cell ends, not live')
+      .action(async (id: string, file: string, o: { input?: string; timeout?: number; follow: boolean }, c: Command) => onExit(await execCell(ctx(c), id, file, o)));
   execOptions(session.command('exec').description("run a file as the session's next cell; exits with its exit code"));
   execOptions(program.command('exec').description("run a file as the next cell of session ID (sandpod session exec)"));
 

@@ -23,7 +23,7 @@ import { isAbort, readEventStream, type EventsOptions } from './sse.ts';
 export type { components, operations, paths };
 export { SandpodConnectionError, SandpodError, unwrap } from './errors.ts';
 export type { EventsOptions } from './sse.ts';
-export type { CellResult, Session, SessionEvent, SessionFile, SessionPage, SessionsApi } from './sessions.ts';
+export type { CellRequest, CellResult, Session, SessionEvent, SessionFile, SessionPage, SessionRequest, SessionsApi } from './sessions.ts';
 
 type Schemas = components['schemas'];
 /** A record with every field (`view=full`). */

@@ -16,12 +16,15 @@ const BIN = path.resolve('src/cli/sandpod.js');
 const dir = mkdtempSync(path.join(tmpdir(), 'sandpod-sess-cli-'));
 const asRoot = process.getuid?.() === 0;
 
-function sandpod(url: string, args: string[], stdin?: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
+function sandpod(url: string, args: string[], stdin?: string, onStdout?: (all: string) => void): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [BIN, ...args], { cwd: dir, env: { ...process.env, SANDPOD_URL: url, SANDPOD_TOKEN: undefined, NO_COLOR: '1' }, stdio: ['pipe', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
+    child.stdout.setEncoding('utf8').on('data', (d: string) => {
+      stdout += d;
+      onStdout?.(stdout);
+    });
     child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
     child.on('error', reject);
     child.on('close', (code) => resolve({ code, stdout, stderr }));
@@ -92,6 +95,18 @@ describe.skipIf(!asRoot)('sessions from the client and the CLI', () => {
     const json = await sandpod(url, ['--json', 'exec', id, file('three.py', 'import json\nprint(json.load(open("/input/data.json"))["k"])'), '--input', '{"k": "v"}']);
     expect(json.code, json.stderr).toBe(0);
     expect(JSON.parse(json.stdout)).toMatchObject({ success: true, cell: 3, session_id: id, stdout: 'v\n' });
+    // Output is live: the cell waits for a file that the test writes once its first line was printed;
+    // then the rest follows, nothing twice.
+    let sawTick: () => void;
+    const ticked = new Promise<void>((r) => (sawTick = r));
+    const live = sandpod(url, ['session', 'exec', id, file('live.py', 'import os, time\nprint("tick", flush=True)\nwhile not os.path.exists("go"): time.sleep(0.05)\nprint("done")')], undefined, (all) => {
+      if (all.includes('tick\n')) sawTick();
+    });
+    await ticked;
+    const client = createSandpodClient({ baseUrl: url });
+    await client.sessions.putFile(id, 'go', '1');
+    expect(await live).toMatchObject({ code: 0, stdout: 'tick\ndone\n' });
+    expect((await sandpod(url, ['exec', id, file('quiet.py', 'print("at the end")'), '--no-follow'])).stdout).toBe('at the end\n');
     const slow = await sandpod(url, ['exec', id, file('slow.py', 'import time\ntime.sleep(30)'), '--timeout', '1']);
     expect(slow.code).toBe(124);
     expect(slow.stderr).toContain('execution_timeout');
@@ -105,9 +120,9 @@ describe.skipIf(!asRoot)('sessions from the client and the CLI', () => {
     expect(files.stdout).toMatch(/\nupper\.txt\s+5 B/);
     const rmFile = await sandpod(url, ['session', 'rm', id, 'upper.txt']);
     expect(rmFile.code, rmFile.stderr).toBe(0);
-    expect(JSON.parse((await sandpod(url, ['--json', 'session', 'ls', id])).stdout).map((f: { name: string }) => f.name)).toEqual(['in.txt']);
+    expect(JSON.parse((await sandpod(url, ['--json', 'session', 'ls', id])).stdout).map((f: { name: string }) => f.name)).toEqual(['go', 'in.txt']);
     const list = await sandpod(url, ['session', 'ls']);
-    expect(list.stdout).toMatch(new RegExp(`\\n${id}\\s+ready\\s+default\\s+4\\s`));
+    expect(list.stdout).toMatch(new RegExp(`\\n${id}\\s+ready\\s+default\\s+6\\s`));
     const rm = await sandpod(url, ['session', 'rm', id]);
     expect(rm).toMatchObject({ code: 0, stdout: `${id} ended (closed)\n` });
     const after = await sandpod(url, ['exec', id, file('late.py', 'print(1)')]);
