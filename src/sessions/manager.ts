@@ -17,7 +17,7 @@ import type { JobTypeRegistry } from '../jobtypes/job-type.ts';
 import type { Logger } from '../logger.ts';
 import { runEnv, type Runtime, type SessionSandbox } from '../runtime/runtime.ts';
 import type { Db, ExecutionRow, SessionRow } from '../store/database.ts';
-import { endSession, getSession, heartbeatSessions, insertSession, listSessions, liveSessionCount, liveSessions, updateLiveSession } from '../store/sessions.repository.ts';
+import { endSession, getSession, heartbeatSessions, insertSessionAdmitted, listSessions, liveSessions, updateLiveSession } from '../store/sessions.repository.ts';
 import { SessionStreams } from './event-stream.ts';
 import { admitSession, afterCell, decideExpiry, decideOrphan, sessionSettings, type EndReason, type SessionStatus } from './decide.ts';
 
@@ -112,12 +112,15 @@ export class SessionManager {
       throw new AppError('validation_error', (err as Error).message);
     }
     const id = randomUUID();
-    // Count and insert under one in-process turn: two concurrent creates cannot both take the last place here.
+    // Count and insert in one transaction under an advisory lock (sessions.repository.ts): two creates,
+    // in this process or any other on the database, cannot both take the last place.
     const turn = this.admission.then(async () => {
-      const admit = admitSession(await liveSessionCount(db.kysely), config.max_sessions);
-      if (!admit.ok) throw new AppError('service_unavailable', admit.message, { max_sessions: config.max_sessions });
       const now = this.now();
-      return insertSession(db.kysely, {
+      const admit = (live: number) => {
+        const a = admitSession(live, config.max_sessions);
+        if (!a.ok) throw new AppError('service_unavailable', a.message, { max_sessions: config.max_sessions });
+      };
+      return insertSessionAdmitted(db.kysely, admit, {
         id,
         status: 'starting',
         job_type: jt.name,

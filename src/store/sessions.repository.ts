@@ -1,12 +1,28 @@
 /** Sessions (issue 19): rows, guarded status changes, the live count for admission, pages. */
 import { sql } from 'kysely';
-import type { Insertable, Updateable } from 'kysely';
-import type { ExecutionRow, SessionRow, SessionsTable } from './database.ts';
+import type { Insertable, Kysely, Updateable } from 'kysely';
+import type { Database, ExecutionRow, SessionRow, SessionsTable } from './database.ts';
 import type { Q } from './executions.repository.ts';
 
 /** Inserts a session. */
 export async function insertSession(db: Q, row: Insertable<SessionsTable>): Promise<SessionRow> {
   return db.insertInto('sessions').values(row).returningAll().executeTakeFirstOrThrow();
+}
+
+/** The advisory lock that serializes session admissions across processes ("sandpod" + "sess"). */
+export const SESSION_ADMISSION_LOCK_KEY = 0x73616e64706f6473n;
+
+/**
+ * Inserts a session if `admit` (given the live count, across every process on the database) does not
+ * throw: the count and the insert happen in one transaction holding {@link SESSION_ADMISSION_LOCK_KEY},
+ * so two processes cannot both take the last place under `max_sessions`.
+ */
+export async function insertSessionAdmitted(db: Kysely<Database>, admit: (live: number) => void, row: Insertable<SessionsTable>): Promise<SessionRow> {
+  return db.transaction().execute(async (tx) => {
+    await sql`SELECT pg_advisory_xact_lock(${SESSION_ADMISSION_LOCK_KEY.toString()}::bigint)`.execute(tx);
+    admit(await liveSessionCount(tx));
+    return insertSession(tx, row);
+  });
 }
 
 /** One session, or undefined. */
