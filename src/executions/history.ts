@@ -9,9 +9,9 @@ import { systemClock, type Clock } from '../clock.ts';
 import { getArtifact, listArtifacts, listArtifactsFor } from '../store/artifacts.repository.ts';
 import type { Db, DlqRow, ExecutionRow } from '../store/database.ts';
 import { deleteDlq, dlqStats, listDlq } from '../store/dlq.repository.ts';
-import { getExecution, listExecutions, queueCounts, queuePosition } from '../store/executions.repository.ts';
+import { getExecution, listBrief, listExecutions, queueCounts, queuePosition } from '../store/executions.repository.ts';
 import { recordStatusOf, type RecordStatus, type STATUS_FILTERS } from './status.ts';
-import { inputArtifactFiles, recordView } from './views.ts';
+import { briefView, inputArtifactFiles, recordView } from './views.ts';
 import { listDeliveries } from '../webhooks/outbox.ts';
 
 /** A record as stored; opaque to the API, which hands it back to {@link History.recordOf}. */
@@ -105,9 +105,14 @@ export class History {
   async list(f: { status?: (typeof STATUS_FILTERS)[number] | undefined; jobType?: string | undefined; limit: number; offset: number; full: boolean }): Promise<Page<Record<string, unknown>>> {
     const db = this.db.kysely;
     const status = f.status ? recordStatusOf(f.status) : undefined;
-    const { rows, hasMore } = await listExecutions(db, { status, jobType: f.jobType, limit: f.limit, offset: f.offset });
-    const arts = f.full ? await listArtifactsFor(db, rows.map((r) => r.id)) : [];
-    const items = rows.map((r) => recordView(r, f.full, arts.filter((a) => a.execution_id === r.id)));
+    const filter = { status, jobType: f.jobType, limit: f.limit, offset: f.offset };
+    if (!f.full) {
+      const { rows, hasMore } = await listBrief(db, filter);
+      return { items: rows.map(briefView), limit: f.limit, offset: f.offset, has_more: hasMore, count: rows.length };
+    }
+    const { rows, hasMore } = await listExecutions(db, filter);
+    const arts = await listArtifactsFor(db, rows.map((r) => r.id));
+    const items = rows.map((r) => recordView(r, true, arts.filter((a) => a.execution_id === r.id)));
     return { items, limit: f.limit, offset: f.offset, has_more: hasMore, count: items.length };
   }
 

@@ -5,6 +5,7 @@
  */
 import { canonical } from '../util/json.ts';
 import type { ArtifactRow, ExecutionRow } from '../store/database.ts';
+import type { BriefRow } from '../store/executions.repository.ts';
 
 /** SPEC §2.5 artifact metadata. */
 export interface ArtifactView {
@@ -20,9 +21,9 @@ type ArtifactMeta = Omit<ArtifactRow, 'data'>;
 
 const iso = (d: unknown): string | null => (d === null || d === undefined ? null : new Date(d as string).toISOString());
 
-/** SPEC §2.3 record; `full` adds the extended fields. */
-export function recordView(row: ExecutionRow, full: boolean, artifacts: ArtifactMeta[] = []): Record<string, unknown> {
-  const base: Record<string, unknown> = {
+/** SPEC §2.3 record without the extended fields (what {@link BriefRow} holds). */
+export function briefView(row: BriefRow): Record<string, unknown> {
+  return {
     execution_id: row.id,
     job_id: row.id,
     status: row.status,
@@ -39,6 +40,11 @@ export function recordView(row: ExecutionRow, full: boolean, artifacts: Artifact
     error: row.error ?? null,
     timing: row.timing ?? null,
   };
+}
+
+/** SPEC §2.3 record; `full` adds the extended fields. */
+export function recordView(row: ExecutionRow, full: boolean, artifacts: ArtifactMeta[] = []): Record<string, unknown> {
+  const base = briefView(row);
   if (!full) return base;
   const output = artifacts.filter((a) => a.kind === 'output');
   return {

@@ -178,13 +178,34 @@ export interface ListFilter {
   offset: number;
 }
 
+/** The columns of a record's standard view (SPEC §2.3 without `view=full`): what a history page reads. */
+export const BRIEF_COLUMNS = ['id', 'status', 'job_type', 'job_version', 'created_at', 'started_at', 'ended_at', 'duration_ms', 'exit_code', 'stdout', 'stderr', 'output', 'error', 'timing'] as const;
+
+/** A record as a history page without `view=full` reads it. */
+export type BriefRow = Pick<ExecutionRow, (typeof BRIEF_COLUMNS)[number]>;
+
+function listQuery(db: Q, f: ListFilter) {
+  let q = db.selectFrom('executions');
+  if (f.status) q = q.where('status', '=', f.status);
+  if (f.jobType) q = q.where('job_type', '=', f.jobType);
+  return q.orderBy('created_at', 'desc').orderBy('id', 'desc').limit(f.limit + 1).offset(f.offset);
+}
+
 /** Newest first; fetches one row more than `limit` to tell whether more exist. */
 export async function listExecutions(db: Q, f: ListFilter): Promise<{ rows: ExecutionRow[]; hasMore: boolean }> {
   if (f.jobType && !canMatchText(f.jobType)) return { rows: [], hasMore: false };
-  let q = db.selectFrom('executions').selectAll();
-  if (f.status) q = q.where('status', '=', f.status);
-  if (f.jobType) q = q.where('job_type', '=', f.jobType);
-  const rows = await q.orderBy('created_at', 'desc').orderBy('id', 'desc').limit(f.limit + 1).offset(f.offset).execute();
+  const rows = await listQuery(db, f).selectAll().execute();
+  return { rows: rows.slice(0, f.limit), hasMore: rows.length > f.limit };
+}
+
+/**
+ * {@link listExecutions} reading only {@link BRIEF_COLUMNS}: a page of 100 records is parsed in the
+ * service's event loop, which the runs it drives share, and the code, input and settings it would
+ * otherwise parse too are most of a row.
+ */
+export async function listBrief(db: Q, f: ListFilter): Promise<{ rows: BriefRow[]; hasMore: boolean }> {
+  if (f.jobType && !canMatchText(f.jobType)) return { rows: [], hasMore: false };
+  const rows = await listQuery(db, f).select([...BRIEF_COLUMNS]).execute();
   return { rows: rows.slice(0, f.limit), hasMore: rows.length > f.limit };
 }
 
