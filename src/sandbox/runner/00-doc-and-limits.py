@@ -74,6 +74,8 @@ CLI
                             the go: a per-run credential is never baked into a sandbox at its start.
     --session               a persistent interpreter that runs cells one after another (sessions, issue 19);
                             see run_session in the session part for its channel. Not with --wait or --exec.
+                            With --egress-proxy the interpreter's proxy variables name the runner's
+                            loopback relay, as a one-shot program's do.
     --go-port PORT          with --wait (Kubernetes pool pods): the go line and the phase lines travel over
                             one TCP connection on 127.0.0.1:PORT instead of stdin and the phase fd. The
                             runner listens before anything else runs in the pod (so no program can hold

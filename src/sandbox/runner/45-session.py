@@ -28,6 +28,9 @@ def run_session(a):
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     cmd_r, cmd_w = os.pipe2(os.O_CLOEXEC)
     res_r, res_w = os.pipe2(os.O_CLOEXEC)
+    # --egress-proxy (a type with allowed_hosts): the interpreter's proxy variables name a loopback
+    # relay to the session's proxy, as for a one-shot program; the session has no other way out.
+    relay = open_relay() if a.egress_proxy else None
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -36,11 +39,17 @@ def run_session(a):
             os.close(fd)
         if a.phase_fd > 2:
             os.close(a.phase_fd)
+        if relay is not None:
+            url = 'http://127.0.0.1:%d' % relay.getsockname()[1]
+            relay.close()
+            set_proxy_env(url)
         prepare_child(a, out_w, err_w)
         set_dumpable(True)
         session_interpreter(a, cmd_r, res_w)
     for fd in (out_w, err_w, cmd_r, res_w):
         os.close(fd)
+    if relay is not None:
+        start_relay(relay, a.egress_proxy)
     phase = a.phase_fd if a.phase_fd >= 0 else 1
 
     def emit(data):

@@ -22,7 +22,8 @@ import { collectOutputs } from '../runs/collect.ts';
 import { runscDelete } from '../runs/proc.ts';
 import { RunDir, sandboxId } from '../runs/run-dir.ts';
 import { runnerSandbox } from '../runs/runner-command.ts';
-import { SandboxHost } from '../sandbox.ts';
+import { EGRESS_DIR, SandboxHost } from '../sandbox.ts';
+import { EgressProxy } from '../runs/egress-proxy.ts';
 import type { SpawnedProc, Spawner } from '../spawner.ts';
 import { SessionFrames, type SessionFrame } from './frames.ts';
 
@@ -55,6 +56,7 @@ export class LocalSessionSandbox implements SessionSandbox {
     private readonly cgroup: RunCgroup,
     private readonly proc: SpawnedProc,
     private readonly runscId: string | null,
+    private readonly egress: EgressProxy | null,
   ) {}
 
   /** Host path of the session's `/workspace`. */
@@ -67,12 +69,16 @@ export class LocalSessionSandbox implements SessionSandbox {
     const memoryBytes = parseMemory(jobType.memoryLimit);
     const rd = RunDir.create({ host: d.host, runsDir: d.runsDir, id: sandboxId('s', d.now()), program: 'later', tmpBytes: memoryBytes });
     let cgroup: RunCgroup | null = null;
+    let egress: EgressProxy | null = null;
     try {
       rd.writeProgram({ code: '', inputJson: '{}' });
       const ws = rd.subdir('workspace');
       SandboxHost.ownBySandbox(ws);
       rd.mount({ type: 'rw', src: ws, dest: '/workspace' });
       cgroup = d.cgroups.create(rd.id, d.limitsFor(jobType, memoryBytes));
+      // A type with allowed_hosts reaches exactly those, through a proxy of this session's own (its
+      // socket mounted read-only, relayed inside by the runner), as a one-shot run does.
+      egress = await openSessionEgress(rd, jobType, d.log);
       const spec = runnerSandbox({
         rd,
         interpreter: d.interpreter,
@@ -83,7 +89,7 @@ export class LocalSessionSandbox implements SessionSandbox {
         memoryBytes,
         fileSizeBytes: parseMemory(jobType.maxFileSize),
         deps: false,
-        egress: false,
+        egress: egress !== null,
         cgroups: true,
         inProcess: false,
         sh: d.host.waitingShell(),
@@ -95,7 +101,7 @@ export class LocalSessionSandbox implements SessionSandbox {
       const proc = d.spawner.warm({ procsFiles: cgroup.procsFiles, fdFiles: launch.fdFiles, drop: d.host.privilegeDrop(), fifos });
       if (!proc) throw new Error('the spawner cannot start processes right now');
       proc.launch({ file: launch.file, args: launch.args, env: launch.env, cwd: launch.cwd });
-      const s = new LocalSessionSandbox(d, rd, cgroup, proc, launch.runscId ?? null);
+      const s = new LocalSessionSandbox(d, rd, cgroup, proc, launch.runscId ?? null, egress);
       s.listen();
       let timer: NodeJS.Timeout | undefined;
       const timeout = new Promise<never>((_, rej) => (timer = setTimeout(() => rej(new Error(`the session's sandbox did not start within ${startupMs} ms`)), startupMs)));
@@ -112,6 +118,7 @@ export class LocalSessionSandbox implements SessionSandbox {
       if (!(err instanceof Error && err.message.startsWith('the session'))) {
         cgroup?.killAll();
         await cgroup?.remove().catch(() => {});
+        await egress?.close();
         rd.remove();
       }
       throw err;
@@ -217,6 +224,22 @@ export class LocalSessionSandbox implements SessionSandbox {
     await this.proc.closed;
     if (this.runscId && this.d.runsc) await runscDelete(this.d.runsc, this.d.host.runscState, [this.runscId]).catch(() => {});
     await this.cgroup.remove().catch(() => {});
+    await this.egress?.close();
     this.rd.remove();
   }
+}
+
+/** The egress proxy of a session whose job type lists allowed_hosts (null for any other type). */
+async function openSessionEgress(rd: RunDir, jobType: JobType, log: Logger): Promise<EgressProxy | null> {
+  const net = jobType.network;
+  if (net.mode !== 'bridge' || net.allowedHosts.length === 0) return null;
+  const netDir = rd.subdir('net');
+  const proxy = await EgressProxy.listen(path.join(netDir, 'proxy.sock'), {
+    allowedHosts: net.allowedHosts,
+    onDecision: (dec) => {
+      if (!dec.allowed) log.info({ session_sandbox: rd.id, host: dec.host, port: dec.port, reason: dec.reason }, 'egress refused');
+    },
+  });
+  rd.mount({ type: 'ro', src: netDir, dest: EGRESS_DIR });
+  return proxy;
 }
