@@ -118,6 +118,13 @@ export async function takeFromExpired(db: Db, dead: string, ids: string[], worke
   });
 }
 
+/** Of `holders`, those whose lease is live by the database's clock. */
+export async function liveLeases(db: Q, holders: string[]): Promise<Set<string>> {
+  if (holders.length === 0) return new Set();
+  const res = await sql<{ holder: string }>`SELECT holder FROM holder_leases WHERE holder = ANY(${holders}::text[]) AND expires_at > now()`.execute(db);
+  return new Set(res.rows.map((r) => r.holder));
+}
+
 /** Of `ids`, who holds each now and in which status (missing ids: no such record). */
 export async function holdersOf(db: Q, ids: string[]): Promise<Map<string, { status: string; claimed_by: string | null }>> {
   if (ids.length === 0) return new Map();

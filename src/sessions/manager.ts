@@ -11,6 +11,7 @@ import { randomUUID } from 'node:crypto';
 import type { Clock } from '../clock.ts';
 import type { Config } from '../config.ts';
 import { AppError } from '../errors.ts';
+import { liveLeases } from '../queue/leases.ts';
 import { buildRow, resolveJobType, type RequestMeta } from '../executions/requests.ts';
 import type { Executions } from '../executions/service.ts';
 import type { JobTypeRegistry } from '../jobtypes/job-type.ts';
@@ -248,12 +249,17 @@ export class SessionManager {
     const db = this.o.db.kysely;
     const now = this.o.clock.now();
     await heartbeatSessions(db, this.o.executions.workerId, new Date(now));
-    for (const r of await liveSessions(db)) {
+    const rows = await liveSessions(db);
+    // An owner whose holder lease is live (queue/leases.ts, the database's clock) is slow, not gone:
+    // its sessions are not ended however old the heartbeat it wrote with its own clock looks.
+    const owners = [...new Set(rows.filter((r) => !this.live.has(r.id) && r.owner !== this.o.executions.workerId).map((r) => r.owner))];
+    const alive = await liveLeases(db, owners);
+    for (const r of rows) {
       const mine = this.live.has(r.id);
       const clock = { status: r.status as SessionStatus, createdAt: new Date(r.created_at).getTime(), lastUsedAt: new Date(r.last_used_at).getTime(), idleTimeoutS: r.idle_timeout_s, maxLifetimeS: r.max_lifetime_s };
       const expired = decideExpiry(clock, now);
       if (mine && expired) await this.finish(r.id, expired);
-      else if (!mine && r.owner !== this.o.executions.workerId) {
+      else if (!mine && r.owner !== this.o.executions.workerId && !alive.has(r.owner)) {
         const orphan = decideOrphan({ status: clock.status, heartbeatAt: new Date(r.heartbeat_at).getTime() }, now, this.staleMs);
         if (orphan && (await endSession(db, r.id, orphan, new Date(now)))) this.streams.notify(r.id);
       }

@@ -193,7 +193,6 @@ export interface SessionsTable {
   correlation_id: string | null;
 }
 
-/** All tables. */
 /** A holder's liveness lease (src/queue/leases.ts): renewed on the database's clock. */
 export interface HolderLeasesTable {
   holder: string;
@@ -201,6 +200,7 @@ export interface HolderLeasesTable {
   renewed_at: GeneratedTimestamp;
 }
 
+/** All tables. */
 export interface Database {
   holder_leases: HolderLeasesTable;
   sessions: SessionsTable;
