@@ -49,6 +49,7 @@ export async function heartbeat(db: Q, worker: string, ids: string[], now: Date)
     .execute();
   return { held: new Set(rows.map((r) => r.id)), cancel: rows.filter((r) => r.cancel_requested).map((r) => r.id) };
 }
+
 /** Starts `fn` every `ms`; returns the function that stops it (tests pass their own to stall a holder). */
 export type Every = (ms: number, fn: () => void) => () => void;
 
@@ -147,7 +148,9 @@ export class Holders {
   /**
    * Whether the run is still this process's to run, asked by the runtime before a step that would
    * start the program (a Job's create, a hand-over). Answered from memory while the lease is surely
-   * valid; otherwise after a renewal and a heartbeat (which fence what was taken over).
+   * valid; otherwise after a renewal and a heartbeat (which fence what was taken over). Throws when
+   * the database cannot say (the lease could not be renewed): not knowing is not being fenced, and
+   * the attempt fails like any engine call that could not be made (the guard retries it).
    */
   async confirmHeld(id: string): Promise<boolean> {
     const held = () => {
@@ -157,7 +160,9 @@ export class Holders {
     if (!held()) return false;
     if (performance.now() < this.leaseSureUntil) return true;
     await this.beat();
-    return held() && performance.now() < this.leaseSureUntil;
+    if (!held()) return false;
+    if (performance.now() < this.leaseSureUntil) return true;
+    throw new Error('could not confirm that the run is still this process’s: its holder lease could not be renewed (database unavailable?)');
   }
 
   /**

@@ -166,4 +166,20 @@ describe('holder leases (two holders, one database)', () => {
       await b.stop();
     }
   });
+
+  it('a holder that cannot reach the database is not fenced: confirmHeld throws (the attempt is retried), the run stays held', async () => {
+    if (!database.url) return; // PGlite: one handle per directory, which this test cannot take away
+    const own = await createDb({ url: database.url, workspace: database.workspace });
+    const a = new Holders({ db: own, workerId: 'replica-h/1/h', clock: { now: () => Date.now() }, logger: silentLogger, heartbeatMs: 60_000, leaseMs: 300, onAdopted: async (r) => r });
+    await a.start();
+    const id = `lease-down-${Date.now()}`;
+    await dbA.kysely.insertInto('executions').values(orphanRow(id, 'execution', 'print(1)', 'replica-h/1/h')).execute();
+    const signal = a.hold(id);
+    expect(await a.confirmHeld(id)).toBe(true);
+    await own.destroy();
+    await sleep(350);
+    await expect(a.confirmHeld(id)).rejects.toThrow(/could not confirm/);
+    expect(signal.aborted).toBe(false);
+    await a.stop();
+  });
 });
