@@ -16,6 +16,8 @@ export const ERROR_STATUS = {
   conflict: 409,
   /** A job-type build ran and failed (pip could not resolve or install); the body says why. */
   build_failed: 422,
+  /** A session's requirements could not be installed (pip's words in the detail). */
+  dependency_error: 422,
   payload_too_large: 413,
   unsupported_media_type: 415,
   /** A cap on concurrent use was reached (event streams per token or in all); retry later. */

@@ -765,7 +765,7 @@ export interface components {
              * @description Stable machine-readable code
              * @enum {string}
              */
-            code: "bad_request" | "validation_error" | "config_error" | "unauthorized" | "forbidden" | "not_found" | "wait_timeout" | "idempotency_conflict" | "conflict" | "build_failed" | "payload_too_large" | "unsupported_media_type" | "too_many_requests" | "queue_full" | "service_unavailable" | "shutting_down" | "database_unavailable" | "internal_error" | "not_implemented";
+            code: "bad_request" | "validation_error" | "config_error" | "unauthorized" | "forbidden" | "not_found" | "wait_timeout" | "idempotency_conflict" | "conflict" | "build_failed" | "dependency_error" | "payload_too_large" | "unsupported_media_type" | "too_many_requests" | "queue_full" | "service_unavailable" | "shutting_down" | "database_unavailable" | "internal_error" | "not_implemented";
             /** @description Also in the X-Correlation-ID header and the logs */
             correlation_id: string;
             /** @description What went wrong, for a person */
@@ -2669,6 +2669,15 @@ export interface operations {
             };
             /** @description Request body is not application/json */
             415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -61,20 +61,11 @@ export function mergedRequirements(jt: JobType, extra: readonly string[]): strin
   return [...new Set([...jt.requirements, ...extra.map((r) => r.trim())])];
 }
 
-/** Builds the row of a new execution; throws 400s for what only the service can check. */
-export function buildRow(
-  config: Config,
-  registry: JobTypeRegistry,
-  s: Submission,
-  opts: { mode: 'sync' | 'async'; status: 'queued' | 'running'; meta: RequestMeta; workerId?: string; parentId?: string; relationship?: 'rerun' | 'fork'; now: Date },
-): NewExecutionRow {
-  const jt = resolveJobType(registry, s.job_type);
-  const timeout = s.timeout ?? Math.min(jt.timeout, config.max_timeout);
-  if (timeout > config.max_timeout) {
-    throw new AppError('validation_error', `timeout: must be between 1 and ${config.max_timeout} seconds (max_timeout), got ${timeout}`);
-  }
-  const startupTimeout = s.startup_timeout ?? 60;
-  const requirements = s.requirements ?? [];
+/**
+ * A request's extra requirements (a run's or a session's): each a package specifier; none at all, and
+ * a job type with requirements only when built, under production_mode (SPEC §8). Throws the 400.
+ */
+export function checkRequirements(config: Pick<Config, 'production_mode'>, jt: JobType, requirements: readonly string[]): void {
   for (const r of requirements) {
     if (!REQUIREMENT_RE.test(r.trim())) {
       throw new AppError('validation_error', `requirements: '${r}' is not a package specifier (expected e.g. 'requests' or 'numpy>=1.26,<2')`);
@@ -90,6 +81,23 @@ export function buildRow(
         : `production_mode: job type '${jt.name}' has requirements but no built environment; build it first with POST /job-types/${jt.name}/build`,
     );
   }
+}
+
+/** Builds the row of a new execution; throws 400s for what only the service can check. */
+export function buildRow(
+  config: Config,
+  registry: JobTypeRegistry,
+  s: Submission,
+  opts: { mode: 'sync' | 'async'; status: 'queued' | 'running'; meta: RequestMeta; workerId?: string; parentId?: string; relationship?: 'rerun' | 'fork'; now: Date },
+): NewExecutionRow {
+  const jt = resolveJobType(registry, s.job_type);
+  const timeout = s.timeout ?? Math.min(jt.timeout, config.max_timeout);
+  if (timeout > config.max_timeout) {
+    throw new AppError('validation_error', `timeout: must be between 1 and ${config.max_timeout} seconds (max_timeout), got ${timeout}`);
+  }
+  const startupTimeout = s.startup_timeout ?? 60;
+  const requirements = s.requirements ?? [];
+  checkRequirements(config, jt, requirements);
   const inputJson = canonical(s.input_data);
   const callbackUrl = callbackUrlOf(config, jt, s.callback_url);
   const started = opts.status === 'running';

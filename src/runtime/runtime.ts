@@ -251,7 +251,7 @@ export interface Runtime {
    * Sessions (issue 19): a sandbox for one session only, never reused, with a persistent interpreter.
    * Absent where the runtime has none; rejects when one cannot be started.
    */
-  openSession?(jobType: JobType, o: { maxStreamBytes: number; startupMs: number }): Promise<SessionSandbox>;
+  openSession?(jobType: JobType, o: SessionOpenOptions): Promise<SessionSandbox>;
   /** Warm sandbox pools per job type (runtimes that keep them; issue 10). */
   warmPoolStats?(): WarmPoolStats[];
   /** Leader election among replicas (runtimes with cluster-wide loops; issue 20). */
@@ -342,6 +342,20 @@ export interface WarmPoolStats {
    * was tried again (another warm sandbox, or cold). In `/metrics` only; absent where not counted.
    */
   handover_retries?: number;
+}
+
+/** What a session's sandbox starts with. */
+export interface SessionOpenOptions {
+  maxStreamBytes: number;
+  /** How long its start may take: installing its requirements and starting the interpreter, ms. */
+  startupMs: number;
+  /** Packages at `/deps` for every cell (the job type's, or the session's own); installed, or cached. */
+  requirements?: readonly string[];
+}
+
+/** The session's requirements could not be installed: the caller's to fix (pip's words in the message). */
+export class SessionDependencyError extends Error {
+  override readonly name = 'SessionDependencyError';
 }
 
 /** How a session's sandbox ended: closed by the service, crashed (a cell that ignored its interrupt, a dead interpreter), or OOM. */

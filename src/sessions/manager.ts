@@ -12,11 +12,11 @@ import type { Clock } from '../clock.ts';
 import type { Config } from '../config.ts';
 import { AppError } from '../errors.ts';
 import { liveLeases } from '../queue/leases.ts';
-import { buildRow, resolveJobType, type RequestMeta } from '../executions/requests.ts';
+import { buildRow, checkRequirements, mergedRequirements, resolveJobType, type RequestMeta } from '../executions/requests.ts';
 import type { Executions } from '../executions/service.ts';
 import type { JobTypeRegistry } from '../jobtypes/job-type.ts';
 import type { Logger } from '../logger.ts';
-import { runEnv, type Runtime, type SessionSandbox } from '../runtime/runtime.ts';
+import { runEnv, SessionDependencyError, type Runtime, type SessionSandbox } from '../runtime/runtime.ts';
 import type { Db, ExecutionRow, SessionRow } from '../store/database.ts';
 import { endSession, getSession, heartbeatSessions, insertSessionAdmitted, listSessions, liveSessions, updateLiveSession } from '../store/sessions.repository.ts';
 import { SessionStreams } from './event-stream.ts';
@@ -57,6 +57,8 @@ export interface CellRequest {
 
 interface Live {
   sandbox: SessionSandbox;
+  /** The session's own requirements (beside its job type's): its cells' records carry both. */
+  requirements: string[];
   cells: number;
   running: string | null;
   closing: boolean;
@@ -102,9 +104,8 @@ export class SessionManager {
   async create(req: SessionRequest, meta: RequestMeta): Promise<SessionRow> {
     const { config, registry, runtime, db } = this.o;
     const jt = resolveJobType(registry, req.job_type ?? 'default');
-    if ((req.requirements?.length ?? 0) > 0 || jt.requirements.length > 0) {
-      throw new AppError('not_implemented', `sessions run job types without requirements for now; '${jt.name}' ${jt.requirements.length ? 'has requirements' : 'was given requirements'}`);
-    }
+    const extra = (req.requirements ?? []).map((r) => r.trim());
+    checkRequirements(config, jt, extra);
     if (!runtime.openSession) throw new AppError('not_implemented', `the ${runtime.name} runtime has no sessions yet`);
     let settings: ReturnType<typeof sessionSettings>;
     try {
@@ -140,12 +141,14 @@ export class SessionManager {
     await turn;
     let sandbox: SessionSandbox;
     try {
-      sandbox = await runtime.openSession(jt, { maxStreamBytes: config.max_stdout_bytes, startupMs: 60_000 });
+      // Installing requirements (once; cached for later sessions and runs) counts against the start.
+      sandbox = await runtime.openSession(jt, { maxStreamBytes: config.max_stdout_bytes, startupMs: 300_000, requirements: mergedRequirements(jt, extra) });
     } catch (err) {
       await endSession(db.kysely, id, 'crashed', this.now());
+      if (err instanceof SessionDependencyError) throw new AppError('dependency_error', `the session's requirements could not be installed: ${err.message}`);
       throw new AppError('service_unavailable', `the session's sandbox could not be started: ${(err as Error).message}`);
     }
-    const live: Live = { sandbox, cells: 0, running: null, closing: false };
+    const live: Live = { sandbox, requirements: extra, cells: 0, running: null, closing: false };
     this.live.set(id, live);
     sandbox.onEnd((e) => {
       if (!live.closing && !live.running) void this.finish(id, e.reason === 'oom' ? 'oom' : 'crashed');
@@ -183,7 +186,7 @@ export class SessionManager {
     const { config, registry, executions, db } = this.o;
     const cellNo = live.cells + 1;
     const timeout = req.timeout ?? row.cell_timeout_s;
-    const built = buildRow(config, registry, { code: req.code, input_data: req.input_data, timeout, job_type: row.job_type, requirements: [], callback_url: req.callback_url }, {
+    const built = buildRow(config, registry, { code: req.code, input_data: req.input_data, timeout, job_type: row.job_type, requirements: live.requirements, callback_url: req.callback_url }, {
       mode: 'sync',
       status: 'running',
       meta,

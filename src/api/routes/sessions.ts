@@ -61,7 +61,7 @@ export function sessionRoutes(deps: AppDeps) {
       operationId: 'createSession',
       tags: ['sessions'],
       summary: 'Start a session: a persistent interpreter in a sandbox of its own',
-      responses: { 201: jsonResponse('The session, ready for cells', SessionSchema), ...errorResponses(400, 413, 415, 501), 503: jsonResponse('max_sessions reached, or the sandbox could not start', v.object({ detail: v.string(), code: v.string() })) },
+      responses: { 201: jsonResponse('The session, ready for cells', SessionSchema), ...errorResponses(400, 413, 415, 422, 501), 503: jsonResponse('max_sessions reached, or the sandbox could not start', v.object({ detail: v.string(), code: v.string() })) },
     }),
     bodyValidator(schemas.session, deps.config.max_body_bytes, undefined, true),
     async (c) => {

@@ -34,10 +34,10 @@ import { parseMemory, warmPoolSizes, type Config } from '../../config.ts';
 import { FileJobTypeRegistry, type JobType } from '../../jobtypes/job-type.ts';
 import { silentLogger, type Logger } from '../../logger.ts';
 import { baseObservation } from '../run-output.ts';
-import { RunGoneError, type RawRun, type RunOptions, type RunSpec, type Runtime, type RuntimeHealth, type SessionSandbox, type WarmPoolStats } from '../runtime.ts';
+import { RunGoneError, type RawRun, type RunOptions, type RunSpec, type Runtime, type RuntimeHealth, type SessionOpenOptions, type SessionSandbox, type WarmPoolStats } from '../runtime.ts';
 import { LocalBuilder } from './builds/build.ts';
 import { DepsCache } from './builds/deps.ts';
-import { type InstallContext } from './builds/install-sandbox.ts';
+import { sandboxInstaller, type InstallContext } from './builds/install-sandbox.ts';
 import { detectCgroups, type CgroupSupport } from './cgroups.ts';
 import { chooseEngine, defaultInterpreter } from './engine-probe.ts';
 import { findEngineBinaries, type EngineBinaries, type EngineName } from './engines.ts';
@@ -52,6 +52,7 @@ import { runscDelete } from './runs/proc.ts';
 import { RunDir, sandboxId } from './runs/run-dir.ts';
 import type { Prepared, RunContext, RunState } from './runs/run-state.ts';
 import { execute, finish, observe, openEgress, placeInCgroups, prepareRequirements, runLimits } from './runs/steps.ts';
+import { sessionDeps } from './session/session-deps.ts';
 import { LocalSessionSandbox } from './session/session-sandbox.ts';
 import { runWarm } from './runs/warm-run.ts';
 import { SandboxHost } from './sandbox.ts';
@@ -234,15 +235,19 @@ class LocalRuntimeImpl implements LocalRuntime {
   }
 
   /** A session's sandbox (issue 19; session/session-sandbox.ts): needs cgroups and a real engine. */
-  async openSession(jobType: JobType, o: { maxStreamBytes: number; startupMs: number }): Promise<SessionSandbox> {
+  async openSession(jobType: JobType, o: SessionOpenOptions): Promise<SessionSandbox> {
     const p = this.p;
     if (!p) throw new Error('local runtime is not started');
     const interpreter = this.config.python_interpreters[jobType.pythonVersion];
     if (!interpreter) throw new Error(`no interpreter configured for python ${jobType.pythonVersion} (python_interpreters)`);
     if (!p.cgroups || !p.spawner || p.engine === 'process') throw new Error('sessions need cgroups and a real sandbox engine (gVisor or bubblewrap)');
     const { host, cgroups, spawner, runsDir } = p;
+    const t0 = this.clock.now();
+    const ctx = { builder: this.builder, config: this.config, clock: this.clock, deps: p.deps, install: sandboxInstaller(this.installContext(p), interpreter), interpreter };
+    const depsDir = await sessionDeps(ctx, jobType, o.requirements ?? [], t0 + o.startupMs);
     const deps = { host, cgroups, spawner, runsDir, runsc: this.bins.runsc, interpreter, log: this.log, now: () => this.clock.now() };
-    return LocalSessionSandbox.start({ ...deps, limitsFor: (jt, memoryBytes) => runLimits(host.engine, jt, memoryBytes, false) }, jobType, o.maxStreamBytes, o.startupMs);
+    const startupMs = Math.max(1000, o.startupMs - (this.clock.now() - t0));
+    return LocalSessionSandbox.start({ ...deps, limitsFor: (jt, memoryBytes) => runLimits(host.engine, jt, memoryBytes, false) }, jobType, o.maxStreamBytes, startupMs, depsDir);
   }
 
   async prewarm(jobType: JobType, size = 1, requirements: readonly string[] = jobType.requirements): Promise<void> {

@@ -22,8 +22,8 @@ export function SessionsPage() {
       setBusy(false);
     }
   };
-  // Sessions run job types without requirements (docs/api.md).
-  const usable = (types.data ?? [{ name: 'default', requirements: [] as string[] }]).filter((t) => t.requirements.length === 0);
+  // Every job type can have sessions (its requirements are installed at the start, docs/api.md).
+  const usable = types.data ?? [{ name: 'default' }];
   return (
     <div>
       <form class="toolbar" onSubmit={start}>

@@ -65,7 +65,7 @@ export class LocalSessionSandbox implements SessionSandbox {
   }
 
   /** Starts the sandbox; resolves once the interpreter is ready, rejects when it could not start within `startupMs`. */
-  static async start(d: SessionSandboxDeps, jobType: JobType, maxStreamBytes: number, startupMs: number): Promise<LocalSessionSandbox> {
+  static async start(d: SessionSandboxDeps, jobType: JobType, maxStreamBytes: number, startupMs: number, depsDir: string | null = null): Promise<LocalSessionSandbox> {
     const memoryBytes = parseMemory(jobType.memoryLimit);
     const rd = RunDir.create({ host: d.host, runsDir: d.runsDir, id: sandboxId('s', d.now()), program: 'later', tmpBytes: memoryBytes });
     let cgroup: RunCgroup | null = null;
@@ -75,6 +75,8 @@ export class LocalSessionSandbox implements SessionSandbox {
       const ws = rd.subdir('workspace');
       SandboxHost.ownBySandbox(ws);
       rd.mount({ type: 'rw', src: ws, dest: '/workspace' });
+      // Its requirements (session-deps.ts), read-only as a run's.
+      if (depsDir) rd.mount({ type: 'ro', src: depsDir, dest: '/deps' });
       cgroup = d.cgroups.create(rd.id, d.limitsFor(jobType, memoryBytes));
       // A type with allowed_hosts reaches exactly those, through a proxy of this session's own (its
       // socket mounted read-only, relayed inside by the runner), as a one-shot run does.
@@ -88,7 +90,7 @@ export class LocalSessionSandbox implements SessionSandbox {
         maxStreamBytes,
         memoryBytes,
         fileSizeBytes: parseMemory(jobType.maxFileSize),
-        deps: false,
+        deps: depsDir !== null,
         egress: egress !== null,
         cgroups: true,
         inProcess: false,
