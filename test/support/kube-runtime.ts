@@ -67,12 +67,8 @@ export function podOf(fake: FakeKube, s: RunSpec): Promise<string> {
   return fake.waitForPod(jobNameFor(s.executionId));
 }
 
-/**
- * Points `KUBECONFIG` at the fake (a kubeconfig file in a temp dir), so code that loads its
- * configuration the way main.ts does reaches it. Returns a function that restores the old value.
- */
-export function useFakeKubeconfig(fake: FakeKube): () => void {
-  const saved = process.env.KUBECONFIG;
+/** Writes a kubeconfig file (in a temp dir) that reaches the fake; returns its path (for a child's `KUBECONFIG`). */
+export function fakeKubeconfigFile(fake: FakeKube): string {
   const file = path.join(mkdtempSync(path.join(tmpdir(), 'kubeconfig-')), 'config');
   writeFileSync(
     file,
@@ -85,7 +81,16 @@ export function useFakeKubeconfig(fake: FakeKube): () => void {
       'current-context': 'fake',
     }),
   );
-  process.env.KUBECONFIG = file;
+  return file;
+}
+
+/**
+ * Points `KUBECONFIG` at the fake (a kubeconfig file in a temp dir), so code that loads its
+ * configuration the way main.ts does reaches it. Returns a function that restores the old value.
+ */
+export function useFakeKubeconfig(fake: FakeKube): () => void {
+  const saved = process.env.KUBECONFIG;
+  process.env.KUBECONFIG = fakeKubeconfigFile(fake);
   return () => {
     if (saved === undefined) delete process.env.KUBECONFIG;
     else process.env.KUBECONFIG = saved;

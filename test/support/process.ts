@@ -43,6 +43,8 @@ export async function startServiceProcess(opts: {
   name: string;
   /** fds the service inherits without close-on-exec, as from a harness: child fd → this process's fd. */
   inheritFds?: Record<number, number>;
+  /** More environment for the service (e.g. KUBECONFIG pointing at the fake API server). */
+  env?: Record<string, string>;
 }): Promise<ServiceProcess> {
   const port = await freePort();
   const cfgFile = path.join(opts.workspace, `${opts.name}.json`);
@@ -50,7 +52,7 @@ export async function startServiceProcess(opts: {
   // `node --import tsx` (not the tsx CLI, which runs the service in a child process): signals reach the service itself.
   const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], {
     cwd: ROOT,
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, SVC_CONFIG: cfgFile, SVC_DATABASE_URL: opts.databaseUrl, SVC_WORKSPACE: opts.workspace, PORT: String(port) },
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, SVC_CONFIG: cfgFile, SVC_DATABASE_URL: opts.databaseUrl, SVC_WORKSPACE: opts.workspace, PORT: String(port), ...opts.env },
     stdio: withInherited(['ignore', 'pipe', 'pipe'], opts.inheritFds ?? {}),
   });
   let out = '';

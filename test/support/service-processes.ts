@@ -17,7 +17,7 @@ export interface ServiceProcesses {
    * Starts a service process named `name` on the block's database. With `ownWorkspace`, it gets a
    * workspace directory of its own under the database's (two live processes must not share one).
    */
-  start(name: string, config?: Record<string, unknown>, o?: { ownWorkspace?: boolean }): Promise<ServiceProcess>;
+  start(name: string, config?: Record<string, unknown>, o?: { ownWorkspace?: boolean; env?: Record<string, string> }): Promise<ServiceProcess>;
 }
 
 /** Registers the block's hooks; call it at the top of a `describe`. */
@@ -45,7 +45,7 @@ export function useServiceProcesses(): ServiceProcesses {
         workspace = path.join(d.workspace, name);
         mkdirSync(workspace, { recursive: true, mode: 0o755 });
       }
-      const p = await startServiceProcess({ databaseUrl: d.url!, workspace, name, ...(config ? { config } : {}) });
+      const p = await startServiceProcess({ databaseUrl: d.url!, workspace, name, ...(config ? { config } : {}), ...(o?.env ? { env: o.env } : {}) });
       procs.push(p);
       return p;
     },

@@ -72,6 +72,10 @@ import { WebSocketServer, type WebSocket } from 'ws';
 import { qosClassOf } from './qos.ts';
 import { writeOutputDir, type RunOutputs } from './tar.ts';
 
+/** The range warm pods' go ports are taken from (see FakeKube.nextGoPort). */
+const GO_PORT_MIN = 12000;
+const GO_PORT_MAX = 32000;
+
 /** A stored object (JSON as the API would serve it). */
 export type KObj = {
   apiVersion?: string;
@@ -287,8 +291,17 @@ export class FakeKube {
   private readonly delivers = new Map<string, { child: import('node:child_process').ChildProcess; sinks: Set<(b: Buffer) => void>; attached: boolean }>();
   /** Pods whose containers were started (main's process spawned, the collector with it), reported or not. */
   private readonly startedPods = new Set<string>();
-  /** The go port of the next warm pod (runner.py --go-port), one per pod. */
-  private nextGoPort = 20000 + Math.floor(Math.random() * 20000);
+  /**
+   * The go port of the next warm pod (runner.py --go-port), one per pod: below the kernel's ephemeral
+   * range (32768 and up by default), where a busy machine's outgoing connections take local ports and
+   * a runner's bind would fail (it exits 125 and the run fails for the fake, not the service).
+   */
+  private nextGoPort = GO_PORT_MIN + Math.floor(Math.random() * (GO_PORT_MAX - GO_PORT_MIN));
+  private takeGoPort(): number {
+    const port = this.nextGoPort;
+    this.nextGoPort = port + 1 >= GO_PORT_MAX ? GO_PORT_MIN : port + 1;
+    return port;
+  }
   /** Epoch ms at which the test marked a pod's main container terminated, by pod name. */
   readonly mainTerminatedAt = new Map<string, number>();
   url = '';
@@ -1101,7 +1114,7 @@ export class FakeKube {
       this.deletePodObject(obj, grace);
       return this.json(res, 200, obj);
     }
-    const dependents = (k: Kind) => this.list(k, ns).filter((o) => o.metadata.ownerReferences?.some((r) => r.uid === obj.metadata.uid));
+    const dependents = (k: Kind) => this.peek(k).filter((o) => o.metadata.namespace === ns && o.metadata.ownerReferences?.some((r) => r.uid === obj.metadata.uid)).map(clone);
     if (policy === 'Orphan') {
       for (const k of ['pods', 'secrets'] as Kind[]) {
         for (const d of dependents(k)) {
@@ -1326,7 +1339,7 @@ export class FakeKube {
       const msg = `rpc error: code = NotFound desc = failed to pull and unpack image "${bad.image}": not found`;
       this.waiting(podName, bad.name, 'ErrImagePull', msg);
       this.later(20, () => {
-        if (this.list('pods').some((p) => p.metadata.name === podName && !p.metadata.deletionTimestamp)) this.waiting(podName, bad.name, 'ImagePullBackOff', `Back-off pulling image "${bad.image}"`);
+        if (this.peek('pods').some((p) => p.metadata.name === podName && !p.metadata.deletionTimestamp)) this.waiting(podName, bad.name, 'ImagePullBackOff', `Back-off pulling image "${bad.image}"`);
       });
       return;
     }
@@ -1349,9 +1362,9 @@ export class FakeKube {
     };
     // Every pod of the fake shares the host's loopback: each gets its own go port, and its own port
     // for what main's startup probe connects to.
-    const port = this.nextGoPort++;
+    const port = this.takeGoPort();
     const probe = (main as { startupProbe?: { tcpSocket?: { port?: number | string } } }).startupProbe?.tcpSocket;
-    const probePort = probe ? this.nextGoPort++ : 0;
+    const probePort = probe ? this.takeGoPort() : 0;
     const podIP = '127.0.0.1';
     this.updatePod(podName, (p) => {
       p.status.podIP ??= podIP;
@@ -1386,7 +1399,7 @@ export class FakeKube {
     this.startedPods.add(podName);
     // main's stdout and stderr are its container log (with --tee: the program's output).
     const toLog = (b: Buffer) => {
-      if (this.list('pods').some((p) => p.metadata.name === podName)) this.appendLog(podName, 'main', b);
+      if (this.peek('pods').some((p) => p.metadata.name === podName)) this.appendLog(podName, 'main', b);
     };
     child.stdout!.on('data', toLog);
     child.stderr!.on('data', toLog);
@@ -1400,14 +1413,14 @@ export class FakeKube {
     this.delivers.set(podName, dEntry);
     deliver.stdout!.on('data', (b: Buffer) => {
       for (const sink of dEntry.sinks) sink(b);
-      if (this.list('pods').some((p) => p.metadata.name === podName)) this.appendLog(podName, 'collector', b);
+      if (this.peek('pods').some((p) => p.metadata.name === podName)) this.appendLog(podName, 'collector', b);
     });
     deliver.stdin!.on('error', () => undefined);
     deliver.on('exit', () => this.delivers.delete(podName));
     // The kubelet reports a started container at its next status sync; the runtime (attach) knows at once.
     if (this.statusLagMs > 0) {
       this.later(this.statusLagMs, () => {
-        if (!this.list('pods').some((p) => p.metadata.name === podName && !p.metadata.deletionTimestamp)) return;
+        if (!this.peek('pods').some((p) => p.metadata.name === podName && !p.metadata.deletionTimestamp)) return;
         if (this.procs.has(podName)) this.mainRunning(podName);
         // main ended within the lag (its end is reported already): the collector's start still is.
         else this.updatePod(podName, (p) => this.setContainer(p, 'collector', { running: { startedAt: kubeTime() } }, { started: true, ready: true }));
@@ -1426,7 +1439,7 @@ export class FakeKube {
    */
   private runStartupProbe(podName: string, port: number): void {
     const mainOf = (p: KObj | undefined) => p?.status?.containerStatuses?.find((c: { name: string }) => c.name === 'main');
-    const running = () => !!mainOf(this.list('pods').find((p) => p.metadata.name === podName))?.state?.running;
+    const running = () => !!mainOf(this.peek('pods').find((p) => p.metadata.name === podName))?.state?.running;
     if (!running()) return;
     this.updatePod(podName, (p) => Object.assign(mainOf(p) ?? {}, { started: false, ready: false }));
     const attempt = () => {
