@@ -7,5 +7,6 @@ export { CompletionWaiter } from './waiter.ts';
 export { EventFeed } from './event-feed.ts';
 export { inputArtifactFiles, recordView, syncView } from './views.ts';
 export * from './status.ts';
+export { TakenOverError } from './outcome.ts';
 /** Whether an error means the database is out of reach (the API answers 503 for it). */
 export { isDatabaseUnavailable } from '../store/database.ts';

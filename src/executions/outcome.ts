@@ -24,3 +24,21 @@ export function internalClassification(type: string, message: string): Classific
     resourceUsage: { max_rss_mb: 0, cpu_time_ms: 0, wall_time_ms: 0 },
   };
 }
+
+/** Beyond a taken-over sync run's own time limits, how long its caller waits for the new holder's verdict, ms. */
+export const TAKEN_OVER_GRACE_MS = 60_000;
+
+/**
+ * A sync run this process was running was taken over by another process (this one was presumed dead:
+ * its holder lease lapsed while it was starved or cut off; queue/holders.ts). That process settles
+ * the record: the API answers the caller with its verdict once written, within `waitMs`.
+ */
+export class TakenOverError extends Error {
+  override readonly name = 'TakenOverError';
+  constructor(
+    readonly executionId: string,
+    readonly waitMs: number,
+  ) {
+    super(`execution ${executionId} was taken over by another process, which settles it`);
+  }
+}

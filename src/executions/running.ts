@@ -32,7 +32,7 @@ import { EVENTS_CHANNEL, RunEventWriter } from './events.ts';
 import { isTerminal } from './status.ts';
 import { inputFileArtifacts, loadInputFiles, type InputFile } from './input-files.ts';
 import { specOf, type CellRunner, type ExecuteOptions, type SpecRow } from './run-spec.ts';
-import { DLQ_ERROR_TYPES, internalClassification, isEngineFailure } from './outcome.ts';
+import { DLQ_ERROR_TYPES, internalClassification, isEngineFailure, TAKEN_OVER_GRACE_MS, TakenOverError } from './outcome.ts';
 export { DLQ_ERROR_TYPES, isEngineFailure } from './outcome.ts';
 export type { CellRunner } from './run-spec.ts';
 
@@ -104,9 +104,9 @@ export class Running {
       // execute() settles every run it can; a record it could not write (database gone) must not be
       // answered as if it were a result.
       if (!isTerminal(done.status)) {
-        throw new AppError('internal_error', `the run's result could not be recorded; execution ${done.id} is left ${done.status} and will be settled by recovery`, {
-          execution_id: done.id,
-        });
+        // Taken over (fenced): the new holder writes the verdict, which is the caller's answer (never a 500).
+        if (done.status === 'running' && done.claimed_by !== this.o.workerId) throw new TakenOverError(done.id, (done.timeout_s + done.startup_timeout_s) * 1000 + TAKEN_OVER_GRACE_MS);
+        throw new AppError('database_unavailable', `the run's result could not be recorded; execution ${done.id} is left ${done.status} and will be settled by recovery`, { execution_id: done.id });
       }
       return done;
     } finally {

@@ -2,7 +2,7 @@
 import { Hono } from 'hono';
 import { describeRoute } from 'hono-openapi';
 import { AppError } from '../../errors.ts';
-import { queueStatus, syncView } from '../../executions/index.ts';
+import { isTerminal, queueStatus, syncView, TakenOverError } from '../../executions/index.ts';
 import { requestMeta } from '../request-meta.ts';
 import { clientGoneSignal } from '../request-header.ts';
 import type { AppDeps, AppEnv } from '../deps.ts';
@@ -30,14 +30,21 @@ export function executeRoutes(deps: AppDeps) {
       responses: {
         200: jsonResponse('The run ended (successfully or not)', SyncResultSchema),
         ...errorResponses(400, 413, 415),
-        503: jsonResponse('Circuit breaker open (the SPEC §2.2 body with error type service_unavailable), or shutting down (the error body)', v.union([SyncUnavailableSchema, ErrorSchema])),
+        503: jsonResponse('Circuit breaker open (the SPEC §2.2 body with error type service_unavailable), or shutting down, or the run was taken over by another replica and did not end in time, or its verdict could not be recorded (the error body)', v.union([SyncUnavailableSchema, ErrorSchema])),
       },
     }),
     bodyValidator(schemas.sync, limit, refuseWhenStopping),
     async (c) => {
       const body = c.req.valid('json');
       const meta = requestMeta(c);
-      const row = await deps.executions.runSync(body, meta, clientGoneSignal(c));
+      const gone = clientGoneSignal(c);
+      const row = await deps.executions.runSync(body, meta, gone).catch(async (err: unknown) => {
+        if (!(err instanceof TakenOverError)) throw err;
+        // Another replica took the run over (this one was presumed dead) and settles it: its verdict is the answer.
+        const settled = await deps.waiter.wait(err.executionId, err.waitMs, gone);
+        if (settled && isTerminal(settled.status)) return settled;
+        throw new AppError('service_unavailable', `execution ${err.executionId} was taken over by another replica and has not ended yet; its result will be at GET /jobs/${err.executionId}/result`, { execution_id: err.executionId });
+      });
       deps.metrics.submissions.inc({ mode: 'sync', outcome: 'created' });
       const view = syncView(row);
       const error = row.error as { type?: string; message?: string } | null;
