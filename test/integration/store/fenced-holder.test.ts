@@ -8,25 +8,12 @@
 import { pino } from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { Logger } from '../../../src/logger.ts';
-import type { Every } from '../../../src/queue/holders.ts';
+import { pausableTimers } from '../../support/pausable-timers.ts';
 import { freshDatabase, type TestDatabase } from '../../support/db.ts';
 import { startTestService, type TestService } from '../../support/service.ts';
 
 type J = Record<string, any>;
 
-function pausableTimers(): { every: Every; pause(): void; resume(): void } {
-  let paused = false;
-  return {
-    every: (ms, fn) => {
-      const t = setInterval(() => {
-        if (!paused) fn();
-      }, ms);
-      return () => clearInterval(t);
-    },
-    pause: () => (paused = true),
-    resume: () => (paused = false),
-  };
-}
 
 function capturingLogger(logged: J[]): Logger {
   return pino({ level: 'info' }, { write: (line: string) => void logged.push(JSON.parse(line) as J) });

@@ -7,7 +7,8 @@
  */
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { silentLogger } from '../../../src/logger.ts';
-import { Holders, SWEEP_HEARTBEATS, type Every } from '../../../src/queue/holders.ts';
+import { Holders, SWEEP_HEARTBEATS } from '../../../src/queue/holders.ts';
+import { pausableTimers } from '../../support/pausable-timers.ts';
 import { createDb, type Db, type ExecutionRow } from '../../../src/store/database.ts';
 import { migrateToLatest } from '../../../src/store/migrate.ts';
 import { freshDatabase, type TestDatabase } from '../../support/db.ts';
@@ -16,20 +17,6 @@ import { orphanRow } from '../../support/rows.ts';
 const HEARTBEAT_MS = 100;
 const LEASE_MS = 1500;
 
-/** Timers that can be paused: while paused nothing fires (a frozen event loop, as far as others can tell). */
-function pausableTimers(): { every: Every; pause(): void; resume(): void } {
-  let paused = false;
-  return {
-    every: (ms, fn) => {
-      const t = setInterval(() => {
-        if (!paused) fn();
-      }, ms);
-      return () => clearInterval(t);
-    },
-    pause: () => (paused = true),
-    resume: () => (paused = false),
-  };
-}
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
