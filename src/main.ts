@@ -278,6 +278,13 @@ async function main(): Promise<void> {
   };
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
   process.on('SIGINT', () => void shutdown('SIGINT'));
+  // SIGUSR2: this replica is about to stop (the chart's preStop hook sends it before its sleep, so
+  // SIGTERM comes seconds later): it gives up the leader Lease now and no longer competes for it,
+  // and goes on serving until SIGTERM.
+  process.on('SIGUSR2', () => {
+    logger.info('SIGUSR2: stepping down from the cluster-wide loops (leader Lease released); still serving until SIGTERM');
+    void service.runtime.stepDown?.();
+  });
   const health = await service.runtime.health();
   logger.info({ host: config.host, port: config.port, auth: config.auth.tokens.length > 0 || config.auth.tokens_file !== null, database: service.db.kind, runtime: config.runtime, engine: health.engine, isolated: health.isolated, version: VERSION }, 'sandpod listening');
   if (!health.isolated) logger.warn('the process engine gives NO isolation: use it for development only');

@@ -244,4 +244,29 @@ describe('a burst through three service processes (fake API server, real runner,
     // The program ran once.
     expect(readFileSync(ledger, 'utf8').split('\n').filter((l) => l === 'stall')).toHaveLength(1);
   }, 120_000);
+  it('SIGUSR2 (the chart\'s preStop hook) hands the leader Lease over at once; the replica goes on serving', async () => {
+    let leaders: boolean[] = [];
+    for (let i = 0; i < 100; i++) {
+      leaders = await Promise.all(replicas.map(async (p) => (await leaderOf(p)).leading === true));
+      if (leaders.filter(Boolean).length === 1) break;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    const old = leaders.indexOf(true);
+    expect(old).toBeGreaterThanOrEqual(0);
+    const t0 = Date.now();
+    replicas[old]!.kill('SIGUSR2');
+    let next = -1;
+    while (next < 0 && Date.now() - t0 < 20_000) {
+      await new Promise((r) => setTimeout(r, 100));
+      const now = await Promise.all(replicas.map(async (p) => (await leaderOf(p)).leading === true));
+      next = now.findIndex((l, i) => l && i !== old);
+    }
+    // Released, not expired: another replica leads within a retry period (2 s) and some slack, far
+    // below the Lease's 15 s duration.
+    expect(next).toBeGreaterThanOrEqual(0);
+    expect(Date.now() - t0).toBeLessThan(8_000);
+    const health = await fetch(`${replicas[old]!.url}/health`);
+    expect(health.status).toBe(200);
+    expect((await leaderOf(replicas[old]!)).leading).toBe(false);
+  }, 60_000);
 });

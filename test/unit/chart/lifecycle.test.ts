@@ -14,13 +14,15 @@ const api = (docs: Manifest[]) => one(docs, 'Deployment', 'sandpod').spec.templa
 const pullPolicyOfRuns = (docs: Manifest[]) => (YAML.parse(one(docs, 'ConfigMap').data['config.yaml']) as { kubernetes: { image_pull_policy: string } }).kubernetes.image_pull_policy;
 
 describeRendered('preStop and grace', () => {
-  it('the API container pauses preStopSleepSeconds (with node: no shell tools needed) before SIGTERM', async () => {
+  it('the API container steps down (SIGUSR2 to the service) and pauses preStopSleepSeconds (with node: no shell tools needed) before SIGTERM', async () => {
     const docs = renderOk(withDb());
     const c = api(docs).containers[0];
-    expect(c.lifecycle.preStop.exec.command).toEqual(['node', '-e', 'setTimeout(() => {}, 5000)']);
+    expect(c.lifecycle.preStop.exec.command).toEqual(['node', '-e', "try { process.kill(1, 'SIGUSR2') } catch {} setTimeout(() => {}, 5000)"]);
+    // The hook's script is valid JavaScript for the node that runs it.
+    expect(() => new Function(c.lifecycle.preStop.exec.command[2])).not.toThrow();
     expect(await validateBuiltin(one(docs, 'Deployment', 'sandpod'))).toBeNull();
     const longer = api(renderOk(withDb('--set', 'preStopSleepSeconds=12', '--set', 'config.shutdown_grace_seconds=60')));
-    expect(longer.containers[0].lifecycle.preStop.exec.command[2]).toBe('setTimeout(() => {}, 12000)');
+    expect(longer.containers[0].lifecycle.preStop.exec.command[2]).toBe("try { process.kill(1, 'SIGUSR2') } catch {} setTimeout(() => {}, 12000)");
     // The grace period runs from the preStop hook: pause + drain + margin.
     expect(longer.terminationGracePeriodSeconds).toBe(12 + 60 + 15);
   });
