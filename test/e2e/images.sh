@@ -18,13 +18,13 @@
 # The Debian root filesystems (bookworm minbase, with and without python3 and the scientific stack)
 # are made once with debootstrap and cached under $SANDPOD_E2E_ROOTFS_CACHE (default
 # /var/tmp/sandpod-e2e-rootfs); delete a directory there to rebuild it. Needs the registry up
-# (`kcluster registry up`). Env: KCLUSTER (default ../shared/tools/kcluster/kcluster next to the
-# repository), TAG (default e2e).
+# (`kcluster registry up`). Env: KCLUSTER (default: `kcluster` on PATH, else a kcluster checkout next
+# to the repository), TAG (default e2e).
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
 REPO=$PWD
-K=${KCLUSTER:-$REPO/../shared/tools/kcluster/kcluster}
+K=${KCLUSTER:-$(command -v kcluster || echo "$REPO/../shared/tools/kcluster/kcluster")}
 TAG=${TAG:-e2e}
 CACHE=${SANDPOD_E2E_ROOTFS_CACHE:-/var/tmp/sandpod-e2e-rootfs}
 REGISTRY=127.0.0.1:5000
