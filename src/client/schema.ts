@@ -1517,7 +1517,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Circuit breaker open (the SPEC §2.2 body with error type service_unavailable), or shutting down (the error body) */
+            /** @description Circuit breaker open (the SPEC §2.2 body with error type service_unavailable), or shutting down, or the run was taken over by another replica and did not end in time, or its verdict could not be recorded (the error body) */
             503: {
                 headers: {
                     [name: string]: unknown;
