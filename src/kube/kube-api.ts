@@ -214,17 +214,24 @@ export class KubeApi {
     return this.call('get job', (o) => this.batch.readNamespacedJob({ namespace, name }, o), { status: 404, value: null });
   }
 
-  /** Deletes a Job and, in the background, its pods and owned Secret. Absent is fine. */
-  async deleteJob(namespace: string, name: string): Promise<void> {
-    await this.call(
-      'delete job',
-      async (o) => {
-        // batch/v1 Jobs default to orphaning their pods: say Background explicitly.
-        await this.batch.deleteNamespacedJob({ namespace, name, propagationPolicy: 'Background', gracePeriodSeconds: 0 }, o);
-        return true;
-      },
-      { status: 404, value: false },
-    );
+  /** Deletes a Job and, in the background, its pods and owned Secret. Absent is fine; with `uid`, so is one of that name with another uid (not touched). */
+  async deleteJob(namespace: string, name: string, uid?: string): Promise<void> {
+    try {
+      await this.call(
+        'delete job',
+        async (o) => {
+          // batch/v1 Jobs default to orphaning their pods: say Background explicitly.
+          if (uid === undefined) await this.batch.deleteNamespacedJob({ namespace, name, propagationPolicy: 'Background', gracePeriodSeconds: 0 }, o);
+          else await this.batch.deleteNamespacedJob({ namespace, name, body: { propagationPolicy: 'Background', gracePeriodSeconds: 0, preconditions: { uid } } }, o);
+          return true;
+        },
+        { status: 404, value: false },
+      );
+    } catch (err) {
+      // `uid` given: a Job of that name with another uid (a later attempt's) is not the one meant.
+      if (uid !== undefined && /HTTP 409/.test(String(err))) return;
+      throw err;
+    }
   }
 
   /**

@@ -222,6 +222,28 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     expect(rt.warmPoolStats!().find((x) => x.job_type === 'default')).toMatchObject({ handover_retries: 2 });
   });
 
+  it('cold_start attach: a retry that finds its own failed attempt’s Job removes it and goes on in the same attempt', async () => {
+    // The failure seen on kcluster: a cold attach pod's hand-over failed, the service retried at once
+    // (its informer had not yet heard the Job's deletion), found that Job (nothing handed over), deleted
+    // it and threw, using up the last attempt of a sync run.
+    const rt = await start({ warm_pool_size: 0, cold_start: 'attach' });
+    fake.attachDropsBeforeStdin = 1;
+    const s = spec({ code: 'print("second try")' });
+    await expect(rt.run(s)).rejects.toThrow();
+    const firstUid = fake.list('jobs', NS).find((j) => j.metadata.name === `sp-${s.executionId}`)?.metadata.uid;
+    // The retry, before this process saw the first Job go.
+    const raw = await rt.run(s);
+    expect(raw.observation).toMatchObject({ exitCode: 0, infraError: null });
+    expect(raw.stdout).toBe('second try\n');
+    // It ran on a Job of its own, made after the first was gone; the first attempt's late delete (by
+    // uid) did not take it.
+    const jobs = fake.list('jobs', NS).filter((j) => j.metadata.labels?.[LABELS.executionId] === s.executionId);
+    expect(jobs).toHaveLength(1);
+    expect(jobs[0]!.metadata.uid).not.toBe(firstUid);
+    const attached = fake.attaches.filter((a) => a.pod.startsWith(`sp-${s.executionId}`)).map((a) => a.pod);
+    expect(new Set(attached).size).toBe(2);
+  });
+
   it('adoption after the handing process died: a pod that never got its program goes and the run starts again; a handed-over one is followed to its end', async () => {
     // What a process that died between creating an attach pod and handing the program over left:
     // the pod, waiting for a go line that will never come.

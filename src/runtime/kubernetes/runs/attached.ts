@@ -245,7 +245,8 @@ export class AttachedRuns {
             // The program never reached the pod: the attempt fails (the service retries it) and its Job goes.
             this.d.log.warn({ execution_id: spec.executionId, err: String(err), next: afterHandOverFailure('cold-attach', 1) }, 'could not hand the program to the run pod');
             c.untrack(key);
-            await this.d.api.deleteJob(this.ns, jobNameFor(spec.executionId)).catch(() => undefined);
+            // By uid: the service's retry creates a Job of the same name, which this must never hit.
+            await this.d.api.deleteJob(this.ns, jobNameFor(spec.executionId), jobUid || undefined).catch(() => undefined);
             return;
           }
         }

@@ -4,12 +4,15 @@
  * taken over) re-attaches to it; so does a fresh attempt that finds one (an execution given back to
  * the queue while the pod of an earlier attempt still exists — without this, a warm claim would
  * start the program on a second pod). A Job whose program goes by attach and never reached its pod
- * ran nothing: it is deleted and the run starts again.
+ * ran nothing: it is deleted and the run starts again — an adoption through the queue (the record
+ * goes back), a fresh attempt at once, once the Job is gone (its own failed hand-over of a moment ago
+ * is the common case: failing the attempt for it would use up a retry on nothing).
  */
 import type { V1Job } from '@kubernetes/client-node';
 import type { KubeApi } from '../../../kube/index.ts';
 import type { Logger } from '../../../logger.ts';
 import { RunGoneError } from '../../runtime.ts';
+import { jobGone } from './run-objects.ts';
 import { LABELS, instanceSelector } from '../names.ts';
 import type { AttachedRuns } from './attached.ts';
 import type { RunController } from './controller.ts';
@@ -29,8 +32,9 @@ export interface EarlierJobDeps {
  * - `adopt`: by its name, else the Job labelled with the execution (a claimed pool Job) from the
  *   cache, else from the API server; none → {@link RunGoneError};
  * - otherwise: a live (not deleting) Job labelled with the execution in the cache, or null.
- * A Job whose program never reached its pod is deleted: {@link RunGoneError} when adopting, a
- * retryable error otherwise (the next try starts clean).
+ * A Job whose program never reached its pod is deleted: {@link RunGoneError} when adopting;
+ * otherwise, once the API server no longer has it, null (the attempt starts clean), or a retryable
+ * error when it is still there after a while.
  */
 export async function earlierJob(d: EarlierJobDeps, executionId: string, key: string, jobName: string, adopt: boolean): Promise<V1Job | null> {
   const labelled = d.controller.jobs.byIndex(key);
@@ -44,15 +48,20 @@ export async function earlierJob(d: EarlierJobDeps, executionId: string, key: st
   } else {
     job = labelled.find((j) => !j.metadata?.deletionTimestamp);
     if (!job) return null;
-    d.log.warn({ execution_id: executionId, job: job.metadata?.name }, 'a Job of this execution exists (an earlier holder made it); re-attaching to it instead of starting another pod');
   }
   // A pod whose program never reached it (the process that was handing it over died, or was taken
   // over before it could) would wait for a go line until its deadline: it goes, and the run starts
   // again (nothing of it ran).
   if ((await d.attached.handedOver(job)) === false) {
-    await d.api.deleteJob(d.ns, job.metadata?.name ?? jobName).catch(() => undefined);
-    const why = `the program of execution ${executionId} never reached the pod of Job ${job.metadata?.name}`;
-    throw adopt ? new RunGoneError(why) : new Error(`${why}; it is being removed, retry`);
+    const name = job.metadata?.name ?? jobName;
+    await d.api.deleteJob(d.ns, name, job.metadata?.uid).catch(() => undefined);
+    const why = `the program of execution ${executionId} never reached the pod of Job ${name}`;
+    if (adopt) throw new RunGoneError(why);
+    // Its name is the one this attempt creates (a cold Job): go on once it is gone from the API server.
+    if (!(await jobGone(d.api, d.ns, name, job.metadata?.uid))) throw new Error(`${why}; it is being removed, retry`);
+    d.log.info({ execution_id: executionId, job: name }, 'removed a Job of this execution whose program never reached its pod; starting afresh');
+    return null;
   }
+  if (!adopt) d.log.warn({ execution_id: executionId, job: job.metadata?.name }, 'a Job of this execution exists (an earlier holder made it); re-attaching to it instead of starting another pod');
   return job;
 }

@@ -14,12 +14,36 @@ import { ownSecret } from './build-job.ts';
  * same deterministic name: 409 is success.
  */
 export async function ensureJob(api: KubeApi, ns: string, job: V1Job, jobName: string): Promise<V1Job> {
-  const created = await api.createJob(job);
-  if (created?.metadata?.uid) return created;
-  const existing = await api.getJob(ns, jobName);
-  if (!existing) throw new Error(`Job ${jobName} existed and vanished at once; retry`);
-  if (existing.metadata?.deletionTimestamp) throw new Error(`Job ${jobName} of an earlier attempt is still being deleted; retry`);
-  return existing;
+  for (let waited = false; ; waited = true) {
+    const created = await api.createJob(job);
+    if (created?.metadata?.uid) return created;
+    const existing = await api.getJob(ns, jobName);
+    if (!existing) throw new Error(`Job ${jobName} existed and vanished at once; retry`);
+    if (!existing.metadata?.deletionTimestamp) return existing;
+    // An earlier attempt's Job on its way out (a finalizer holds it): the name is free once it is
+    // gone, so wait for that rather than fail the attempt.
+    if (waited || !(await jobGone(api, ns, jobName, existing.metadata.uid))) throw new Error(`Job ${jobName} of an earlier attempt is still being deleted; retry`);
+  }
+}
+
+/** How long {@link jobGone} waits by default, ms. */
+export const JOB_GONE_WAIT_MS = 30_000;
+/** How often {@link jobGone} asks, ms. */
+const JOB_GONE_POLL_MS = 200;
+
+/**
+ * Waits until the Job `name` with uid `uid` no longer exists (deleted, or replaced by another of that
+ * name); false when it still does after `timeoutMs`. The API server is asked, not an informer cache,
+ * which can trail it: a create of the same name right after must not meet the old one.
+ */
+export async function jobGone(api: KubeApi, ns: string, name: string, uid: string | undefined, timeoutMs = JOB_GONE_WAIT_MS): Promise<boolean> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const job = await api.getJob(ns, name);
+    if (!job || (uid !== undefined && job.metadata?.uid !== uid)) return true;
+    if (Date.now() >= end) return false;
+    await new Promise((r) => setTimeout(r, JOB_GONE_POLL_MS));
+  }
 }
 
 /**
