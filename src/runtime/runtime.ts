@@ -252,6 +252,12 @@ export interface Runtime {
    * Absent where the runtime has none; rejects when one cannot be started.
    */
   openSession?(jobType: JobType, o: SessionOpenOptions): Promise<SessionSandbox>;
+  /**
+   * Sessions whose sandbox outlives the service process (a cluster's pods): takes the live sandbox of
+   * a session another process held back, or null when it is gone. Absent where sandboxes die with
+   * their service (local: such sessions end `service_restart`).
+   */
+  adoptSession?(sessionId: string): Promise<SessionSandbox | null>;
   /** Warm sandbox pools per job type (runtimes that keep them; issue 10). */
   warmPoolStats?(): WarmPoolStats[];
   /** Leader election among replicas (runtimes with cluster-wide loops; issue 20). */
@@ -351,6 +357,10 @@ export interface SessionOpenOptions {
   startupMs: number;
   /** Packages at `/deps` for every cell (the job type's, or the session's own); installed, or cached. */
   requirements?: readonly string[];
+  /** The session's id: a cluster runtime labels the session's pod with it (adoption finds it so). */
+  sessionId?: string;
+  /** The session's lifetime, s: a cluster runtime bounds the pod by it. */
+  lifetimeSec?: number;
 }
 
 /** The session's requirements could not be installed: the caller's to fix (pip's words in the message). */
@@ -377,10 +387,36 @@ export interface CellSpec {
   env?: Record<string, string>;
 }
 
+/** A file of a session's `/workspace`, as listed. */
+export interface WorkspaceEntry {
+  name: string;
+  size_bytes: number;
+  modified_at: string;
+}
+
+/**
+ * The files API of a session's `/workspace` (issue 19), wherever the files are. Every method takes
+ * a plain file name (checked by the caller and again by the implementation), opens nothing through a
+ * link, reads and writes regular files only, and throws `AppError`s: `bad_request` (the name),
+ * `not_found`, `conflict` (a link, a directory, another non-file), `payload_too_large` (over `maxBytes`).
+ */
+export interface SessionFiles {
+  /** The regular files at the top of the workspace, by name. */
+  list(): Promise<WorkspaceEntry[]>;
+  /** A file's bytes (null unless `withData`), size, sha256 and content type. */
+  read(name: string, maxBytes: number, withData: boolean): Promise<{ data: Buffer | null; size: number; sha256: string; contentType: string }>;
+  /** Writes (or replaces a regular file of that name); `created` when there was none. */
+  write(name: string, data: Buffer, maxBytes: number): Promise<{ size: number; sha256: string; created: boolean }>;
+  /** Removes a file (a link is removed itself, never followed). */
+  remove(name: string): Promise<void>;
+}
+
 /** A session's sandbox, as a runtime hands it out. */
 export interface SessionSandbox {
   /** Host path of the cells' working directory (`/workspace`), where the runtime has one. */
   readonly workspaceDir?: string;
+  /** The workspace's files where they are not on this host (the service reads a `workspaceDir` itself). */
+  readonly files?: SessionFiles;
   /** Runs one cell (one at a time); a crash or OOM during it resolves too, and ends the sandbox. */
   runCell(c: CellSpec): Promise<RawRun>;
   /** How it ended; null while it lives. */

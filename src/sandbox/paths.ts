@@ -34,3 +34,9 @@ export const RUNNER_PATH = materializeParts(RUNNER_PARTS);
  * arrives by attach (it writes the program into volumes `main` mounts read-only).
  */
 export const DELIVER_PATH = fileURLToPath(new URL('./deliver.py', import.meta.url));
+
+/**
+ * Absolute path of `session-collector.py`, beside this module: the `collector` of a Kubernetes
+ * session pod (it writes each cell's code and input, does the files API, hands back /output).
+ */
+export const SESSION_COLLECTOR_PATH = fileURLToPath(new URL('./session-collector.py', import.meta.url));

@@ -11,15 +11,21 @@ import { closeSync, constants as C, fchownSync, fstatSync, lstatSync, openSync, 
 import path from 'node:path';
 import { AppError } from '../errors.ts';
 import { contentTypeFor } from '../runtime/run-output.ts';
+import type { SessionFiles, WorkspaceEntry } from '../runtime/runtime.ts';
 
 const SANDBOX_UID = 1000;
 const SANDBOX_GID = 1000;
 
-/** A file of the workspace, as listed. */
-export interface WorkspaceEntry {
-  name: string;
-  size_bytes: number;
-  modified_at: string;
+export type { WorkspaceEntry };
+
+/** The files API on a host directory (the local runtime's `workspaceDir`), as {@link SessionFiles}. */
+export function hostWorkspaceFiles(dir: string): SessionFiles {
+  return {
+    list: async () => listWorkspace(dir),
+    read: async (name, maxBytes, withData) => readWorkspaceFile(dir, name, maxBytes, withData),
+    write: async (name, data, maxBytes) => writeWorkspaceFile(dir, name, data, maxBytes),
+    remove: async (name) => deleteWorkspaceFile(dir, name),
+  };
 }
 
 /** Throws a 400 unless `name` is a plain file name (no separator, no `..`, no control character). */

@@ -16,7 +16,8 @@ import { buildRow, checkRequirements, mergedRequirements, resolveJobType, type R
 import type { Executions } from '../executions/service.ts';
 import type { JobTypeRegistry } from '../jobtypes/job-type.ts';
 import type { Logger } from '../logger.ts';
-import { runEnv, SessionDependencyError, type Runtime, type SessionSandbox } from '../runtime/runtime.ts';
+import { runEnv, SessionDependencyError, type Runtime, type SessionFiles, type SessionSandbox } from '../runtime/runtime.ts';
+import { hostWorkspaceFiles } from './files.ts';
 import type { Db, ExecutionRow, SessionRow } from '../store/database.ts';
 import { endSession, getSession, heartbeatSessions, insertSessionAdmitted, listSessions, liveSessions, updateLiveSession } from '../store/sessions.repository.ts';
 import { SessionStreams } from './event-stream.ts';
@@ -142,7 +143,7 @@ export class SessionManager {
     let sandbox: SessionSandbox;
     try {
       // Installing requirements (once; cached for later sessions and runs) counts against the start.
-      sandbox = await runtime.openSession(jt, { maxStreamBytes: config.max_stdout_bytes, startupMs: 300_000, requirements: mergedRequirements(jt, extra) });
+      sandbox = await runtime.openSession(jt, { maxStreamBytes: config.max_stdout_bytes, startupMs: 300_000, requirements: mergedRequirements(jt, extra), sessionId: id, lifetimeSec: settings.maxLifetimeS });
     } catch (err) {
       await endSession(db.kysely, id, 'crashed', this.now());
       if (err instanceof SessionDependencyError) throw new AppError('dependency_error', `the session's requirements could not be installed: ${err.message}`);
@@ -269,10 +270,11 @@ export class SessionManager {
     }
   }
 
-  /** The host directory of a live session's `/workspace` (files API). */
-  async workspace(id: string): Promise<string> {
+  /** The files of a live session's `/workspace` (files API): on this host, or through the runtime. */
+  async files(id: string): Promise<SessionFiles> {
     const { live } = await this.held(id);
+    if (live.sandbox.files) return live.sandbox.files;
     if (!live.sandbox.workspaceDir) throw new AppError('not_implemented', 'this runtime has no session files API');
-    return live.sandbox.workspaceDir;
+    return hostWorkspaceFiles(live.sandbox.workspaceDir);
   }
 }

@@ -8,7 +8,7 @@ import { bodyLimit } from 'hono/body-limit';
 import { describeRoute } from 'hono-openapi';
 import * as v from 'valibot';
 import { AppError } from '../../errors.ts';
-import { checkFileName, deleteWorkspaceFile, listWorkspace, readWorkspaceFile, writeWorkspaceFile } from '../../sessions/files.ts';
+import { checkFileName } from '../../sessions/files.ts';
 import type { SessionManager } from '../../sessions/manager.ts';
 import type { AppDeps, AppEnv } from '../deps.ts';
 import { errorResponses, jsonResponse, pathParam } from '../openapi.ts';
@@ -33,7 +33,7 @@ export function sessionFileRoutes(deps: AppDeps) {
     '/sessions/:id/files',
     describeRoute({ operationId: 'listSessionFiles', tags: ['sessions'], summary: "The regular files at the top of the session's /workspace", parameters: [params[0]!], responses: { 200: jsonResponse('Files by name', FileListSchema), ...errorResponses(404, 409, 501) } }),
     async (c) => {
-      const items = listWorkspace(await sessions().workspace(c.req.param('id')));
+      const items = await (await sessions().files(c.req.param('id'))).list();
       return c.json({ items, count: items.length });
     },
   );
@@ -53,9 +53,9 @@ export function sessionFileRoutes(deps: AppDeps) {
     async (c) => {
       const name = c.req.param('name');
       checkFileName(name);
-      const dir = await sessions().workspace(c.req.param('id'));
+      const files = await sessions().files(c.req.param('id'));
       const data = Buffer.from(await c.req.arrayBuffer());
-      const w = writeWorkspaceFile(dir, name, data, max);
+      const w = await files.write(name, data, max);
       return c.json({ name, size_bytes: w.size, sha256: w.sha256 }, w.created ? 201 : 200);
     },
   );
@@ -64,8 +64,8 @@ export function sessionFileRoutes(deps: AppDeps) {
     const head = c.req.method === 'HEAD';
     const name = c.req.param('name')!;
     checkFileName(name);
-    const dir = await sessions().workspace(c.req.param('id')!);
-    const f = readWorkspaceFile(dir, name, max, !head);
+    const files = await sessions().files(c.req.param('id')!);
+    const f = await files.read(name, max, !head);
     const headers: Record<string, string> = { 'Content-Type': f.contentType, ETag: `"${f.sha256}"`, 'Content-Disposition': contentDisposition(name), 'Cache-Control': 'private, max-age=0, must-revalidate' };
     if (etagMatches(requestHeader(c, 'if-none-match'), f.sha256)) return c.body(null, 304, headers);
     headers['Content-Length'] = String(f.size);
@@ -90,8 +90,9 @@ export function sessionFileRoutes(deps: AppDeps) {
     '/sessions/:id/files/:name',
     describeRoute({ operationId: 'deleteSessionFile', tags: ['sessions'], summary: "Remove a file of the session's /workspace", parameters: params, responses: { 204: { description: 'Removed' }, ...errorResponses(400, 404, 409, 501) } }),
     async (c) => {
-      const dir = await sessions().workspace(c.req.param('id'));
-      deleteWorkspaceFile(dir, c.req.param('name'));
+      const name = c.req.param('name');
+      checkFileName(name);
+      await (await sessions().files(c.req.param('id'))).remove(name);
       return c.body(null, 204);
     },
   );

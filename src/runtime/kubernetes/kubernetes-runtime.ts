@@ -15,12 +15,13 @@ import { systemClock, type Clock } from '../../clock.ts';
 import type { Config } from '../../config.ts';
 import { KubeApi, defaultKubeConfig } from '../../kube/index.ts';
 import { silentLogger, type Logger } from '../../logger.ts';
-import { DELIVER_PATH, RUNNER_PATH } from '../../sandbox/paths.ts';
+import { DELIVER_PATH, RUNNER_PATH, SESSION_COLLECTOR_PATH } from '../../sandbox/paths.ts';
 import { baseObservation, emptyRun } from '../run-output.ts';
 import path from 'node:path';
 import { patchJobTypeStatus } from '../../jobtypes/kubernetes-registry.ts';
 import { KubernetesBuilder } from './builds/builder.ts';
-import { assertHeld, type Builder, type LeadershipStatus, type WarmPoolStats, type RawRun, type RunOptions, type RunSpec, type Runtime, type RuntimeHealth, type RuntimeHooks } from '../runtime.ts';
+import { assertHeld, type Builder, type LeadershipStatus, type WarmPoolStats, type RawRun, type RunOptions, type RunSpec, type Runtime, type RuntimeHealth, type RuntimeHooks, type SessionOpenOptions, type SessionSandbox } from '../runtime.ts';
+import { KubeSessions } from './session/sessions.ts';
 import type { JobType } from '../../jobtypes/job-type.ts';
 import { buildJob } from './runs/build-job.ts';
 import { EgressCredentials } from './runs/egress.ts';
@@ -116,6 +117,7 @@ class KubernetesRuntime implements Runtime {
   private pool: WarmPool | null = null;
   private leader: Leadership | null = null;
   private readonly earlierDeps: EarlierJobDeps;
+  private readonly sessions: KubeSessions;
 
   constructor(
     private readonly config: Config,
@@ -160,6 +162,8 @@ class KubernetesRuntime implements Runtime {
       ...(t.podGoneGraceMs !== undefined ? { podGoneGraceMs: t.podGoneGraceMs } : {}),
       ...(t.handOverTimeoutMs !== undefined ? { handOverTimeoutMs: t.handOverTimeoutMs } : {}),
     });
+    const collector = readFileSync(SESSION_COLLECTOR_PATH, 'utf8');
+    this.sessions = new KubeSessions({ api: this.api, config, pods: this.controller.pods, clock: this.clock, log: this.log, runtimeClassName: () => this.runtimeClass.forRun(), runnerSource: () => this.runner(), collectorSource: () => collector, egress: this.egress });
     this.earlierDeps = { api: this.api, controller: this.controller, attached: this.attached, ns: this.ns, instance: config.kubernetes.instance, log: this.log };
     if (config.kubernetes.build_registry) {
       this.builder = new KubernetesBuilder({
@@ -364,6 +368,15 @@ class KubernetesRuntime implements Runtime {
     return awaitTracked(this.controller, key, tracked, options.signal);
   }
 
+  /** A session's own pod (session/sessions.ts). */
+  openSession(jobType: JobType, o: SessionOpenOptions): Promise<SessionSandbox> {
+    return this.started ? this.sessions.open(jobType, o) : Promise.reject(new Error('kubernetes runtime: start() was not called'));
+  }
+  /** The live pod of a session another process held (a restarted replica), or null. */
+  adoptSession(sessionId: string): Promise<SessionSandbox | null> {
+    return this.sessions.adopt(sessionId);
+  }
+
   /** The runner text, read once. */
   private runner(): string {
     if (this.runnerSource === null) this.runnerSource = readFileSync(RUNNER_PATH, 'utf8');
@@ -382,10 +395,5 @@ class KubernetesRuntime implements Runtime {
   }
 }
 
-function cancelledBeforeStart(startedAt: number): RawRun {
-  return emptyRun(baseObservation(startedAt, { cancelled: true }));
-}
-
-function infraFailure(startedAt: number, type: string, message: string): RawRun {
-  return emptyRun(baseObservation(startedAt, { infraError: { type, message } }));
-}
+const cancelledBeforeStart = (startedAt: number): RawRun => emptyRun(baseObservation(startedAt, { cancelled: true }));
+const infraFailure = (startedAt: number, type: string, message: string): RawRun => emptyRun(baseObservation(startedAt, { infraError: { type, message } }));

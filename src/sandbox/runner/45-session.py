@@ -16,6 +16,13 @@ def run_session(a):
     SESSION_GRACE_SEC later is killed with its whole process group and the runner ends after
     `x LEN\\n` + {"reason": "interrupt_ignored"}. An interpreter that dies (OOM kill, os._exit) ends
     the runner the same way with its exit status or signal. EOF on stdin ends the session.
+
+    With --go-port (a Kubernetes session pod): the channel is the first connection to that loopback
+    port instead of stdin and the phase fd (commands in, frames out, both ways on it), accepted after
+    the interpreter was forked, so it never holds the socket; the port is let go at once, so nothing
+    else in the pod can connect later. The pod's collector (session-collector.py) makes that
+    connection. --ready-listen as for pool pods: open once the interpreter exists, closed at the
+    accept. The connection's end ends the session as EOF on stdin does.
     """
     import json
     import select
@@ -31,6 +38,9 @@ def run_session(a):
     # --egress-proxy (a type with allowed_hosts): the interpreter's proxy variables name a loopback
     # relay to the session's proxy, as for a one-shot program; the session has no other way out.
     relay = open_relay() if a.egress_proxy else None
+    go_listener = open_go_listener(a) if a.go_port is not None else None
+    if a.ready_listen and go_listener is None:
+        die('--ready-listen needs --go-port')
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -39,6 +49,8 @@ def run_session(a):
             os.close(fd)
         if a.phase_fd > 2:
             os.close(a.phase_fd)
+        if go_listener is not None:
+            go_listener.close()
         if relay is not None:
             url = 'http://127.0.0.1:%d' % relay.getsockname()[1]
             relay.close()
@@ -50,6 +62,10 @@ def run_session(a):
         os.close(fd)
     if relay is not None:
         start_relay(relay, a.egress_proxy)
+    chan_in = 0
+    if go_listener is not None:
+        ready = open_ready_listener(a) if a.ready_listen else None
+        chan_in = accept_go(a, go_listener, ready)
     phase = a.phase_fd if a.phase_fd >= 0 else 1
 
     def emit(data):
@@ -81,7 +97,7 @@ def run_session(a):
             limit = cell['interrupted_at'] + SESSION_GRACE_SEC if cell['interrupted_at'] else cell['deadline']
             timeout = max(0.0, limit - now)
         try:
-            ready, _, _ = select.select([0, out_r, err_r, res_r], [], [], timeout)
+            ready, _, _ = select.select([chan_in, out_r, err_r, res_r], [], [], timeout)
         except InterruptedError:
             continue
         now = time.monotonic()
@@ -144,7 +160,10 @@ def run_session(a):
                     frame(b'r', json.dumps(res).encode())
                     cell = None
             else:
-                data = os.read(0, 65536)
+                try:
+                    data = os.read(chan_in, 65536)
+                except OSError:
+                    data = b''
                 if not data:
                     end({'reason': 'closed'})
                 stdin_buf += data

@@ -304,6 +304,8 @@ export class FakeKube {
   }
   /** Epoch ms at which the test marked a pod's main container terminated, by pod name. */
   readonly mainTerminatedAt = new Map<string, number>();
+  /** Pods whose main `oomKill` ended: the runner's exit does not overwrite that status. */
+  private readonly oomKilledPods = new Set<string>();
   url = '';
   private rv = 100;
   private readonly store = new Map<Kind, Map<string, KObj>>();
@@ -721,6 +723,13 @@ export class FakeKube {
       this.setContainer(p, 'main', { terminated: { exitCode, reason, startedAt: started, finishedAt: kubeTime() } });
     });
     this.mainTerminatedAt.set(name, performance.now());
+  }
+
+  /** The OOM killer took `main` of a pod whose runner runs here (runWarmPods): its runner killed, `main` OOMKilled (137). */
+  oomKill(name: string): void {
+    this.oomKilledPods.add(name);
+    this.mainTerminated(name, 137, 'OOMKilled');
+    this.procs.get(name)?.child.kill('SIGKILL');
   }
 
   /** A container ended (any container, e.g. the collector killed). */
@@ -1354,6 +1363,7 @@ export class FakeKube {
       '/output': this.outputDir(podName),
       '/tmp': path.join(base, 'tmp'),
       '/control': path.join(base, 'control'),
+      '/workspace': path.join(base, 'workspace'),
     };
     for (const d of Object.values(dirs)) mkdirSync(d, { recursive: true });
     const mapPath = (a: string) => {
@@ -1405,7 +1415,7 @@ export class FakeKube {
     child.stderr!.on('data', toLog);
     child.on('exit', (code, signal) => {
       this.procs.delete(podName);
-      if (!this.get('pods', pod.metadata.namespace, podName)) return;
+      if (!this.get('pods', pod.metadata.namespace, podName) || this.oomKilledPods.has(podName)) return;
       this.mainTerminated(podName, code ?? (signal ? 137 : 1));
     });
     const deliver = spawn('python3', argsOf(collector.command, false), { env, stdio: ['pipe', 'pipe', 'ignore'] });

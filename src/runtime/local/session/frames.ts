@@ -11,7 +11,9 @@ export type SessionFrame =
   | { kind: 'o' | 'e'; data: Buffer }
   | { kind: 'cut'; stream: 'o' | 'e' }
   | { kind: 'result'; result: Record<string, unknown> }
-  | { kind: 'end'; info: Record<string, unknown> };
+  | { kind: 'end'; info: Record<string, unknown> }
+  /** A frame of a kind the caller added (`extraKinds`: a Kubernetes session's collector adds its own). */
+  | { kind: 'extra'; k: string; data: Buffer };
 
 /** Largest frame accepted (a result is small; output frames are at most 64 KiB). */
 const MAX_FRAME = 1 << 20;
@@ -28,6 +30,16 @@ function parseObject(b: Buffer): Record<string, unknown> {
 /** Incremental parser: {@link push} bytes, get the complete frames. */
 export class SessionFrames {
   private buf: Buffer = Buffer.alloc(0);
+  private readonly head: RegExp;
+
+  /** `extraKinds`: more one-letter kinds of `K LEN` frames, handed back as `extra`; `maxFrame`: bytes. */
+  constructor(
+    extraKinds = '',
+    private readonly maxFrame = MAX_FRAME,
+  ) {
+    if (!/^[a-zA-Z]*$/.test(extraKinds)) throw new Error('frame kinds are letters');
+    this.head = new RegExp(`^([oerx${extraKinds}]) (\\d{1,9})$`);
+  }
 
   push(chunk: Buffer): SessionFrame[] {
     this.buf = this.buf.length ? Buffer.concat([this.buf, chunk]) : chunk;
@@ -47,8 +59,8 @@ export class SessionFrames {
         this.buf = this.buf.subarray(nl + 1);
         continue;
       }
-      const m = /^([oerx]) (\d{1,8})$/.exec(head);
-      if (!m || Number(m[2]) > MAX_FRAME) {
+      const m = this.head.exec(head);
+      if (!m || Number(m[2]) > (m[1] && 'oerx'.includes(m[1]) ? MAX_FRAME : this.maxFrame)) {
         // Not the runner's protocol: nothing after it can be trusted to be framed.
         out.push({ kind: 'end', info: { reason: 'protocol', head: head.slice(0, 80) } });
         this.buf = Buffer.alloc(0);
@@ -61,7 +73,8 @@ export class SessionFrames {
       const k = m[1]!;
       if (k === 'o' || k === 'e') out.push({ kind: k, data });
       else if (k === 'r') out.push({ kind: 'result', result: parseObject(data) });
-      else out.push({ kind: 'end', info: parseObject(data) });
+      else if (k === 'x') out.push({ kind: 'end', info: parseObject(data) });
+      else out.push({ kind: 'extra', k, data });
     }
     return out;
   }

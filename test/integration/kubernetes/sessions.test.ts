@@ -1,0 +1,175 @@
+/**
+ * Sessions on the Kubernetes runtime (issue 19) against the fake API server, whose session pods run
+ * the real runner (`--session --go-port`) and the real session collector as local processes, fed by
+ * attach: a session's pod (labelled with its id, the gVisor RuntimeClass, read-only /code and /input),
+ * state across cells, cells as execution records with their own artifacts, two sessions apart, the
+ * files API with traversal attempts and planted links, a timeout that keeps the state, a kill that
+ * ends the session `crashed`, an OOM kill that ends it `oom`, and closing deleting the pod's Job.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SESSION_LABELS } from '../../../src/runtime/kubernetes/session/session-job.ts';
+import { freshDatabase, type TestDatabase } from '../../support/db.ts';
+import { FakeKube, useFakeKubeconfig } from '../../support/kube-runtime.ts';
+import { startTestService, type TestService } from '../../support/service.ts';
+
+type J = Record<string, any>;
+const NS = 'sandpod-jobs';
+let fake: FakeKube;
+let database: TestDatabase;
+let svc: TestService;
+let restore: (() => void) | undefined;
+
+const json = async (res: Response) => (await res.json()) as J;
+const create = async (body: J = {}) => {
+  const res = await svc.post('/sessions', body);
+  const j = await json(res);
+  expect(res.status, JSON.stringify(j)).toBe(201);
+  return j;
+};
+const exec = async (id: string, body: J) => json(await svc.post(`/sessions/${id}/execute`, body));
+const close = (id: string) => svc.app.request(`/sessions/${id}`, { method: 'DELETE' });
+const podOf = (id: string) => fake.list('pods', NS).find((p) => p.metadata.labels?.[SESSION_LABELS.sessionId] === id);
+
+beforeAll(async () => {
+  fake = await FakeKube.start({ runWarmPods: true, schedulePods: true });
+  fake.addRuntimeClass('gvisor');
+  restore = useFakeKubeconfig(fake);
+  database = await freshDatabase();
+  svc = await startTestService({ runtime: 'kubernetes', max_sessions: 4, kubernetes: { executor_image: 'sandpod/executor:test', deadline_grace_seconds: 5, preflight: false } }, {}, database);
+}, 120_000);
+
+afterAll(async () => {
+  await svc?.close();
+  await database?.drop();
+  await fake?.close();
+  restore?.();
+});
+
+describe('sessions on the Kubernetes runtime (fake API server, real runner and collector)', () => {
+  it('keeps state across cells in its own pod; each cell is an execution record with its own artifacts', async () => {
+    const s = await create({ idle_timeout: 600 });
+    expect(s).toMatchObject({ status: 'ready', job_type: 'default', cells: 0 });
+    const pod = podOf(s.session_id)!;
+    expect(pod.spec.runtimeClassName).toBe('gvisor');
+    const main = pod.spec.containers.find((c: J) => c.name === 'main');
+    expect(main.command).toContain('--session');
+    expect(main.volumeMounts).toEqual(expect.arrayContaining([{ name: 'code', mountPath: '/code', readOnly: true }, { name: 'input', mountPath: '/input', readOnly: true }, { name: 'workspace', mountPath: '/workspace' }]));
+    expect(pod.spec.automountServiceAccountToken).toBe(false);
+    expect(fake.list('secrets', NS)).toEqual([]);
+    const c1 = await exec(s.session_id, { code: 'rows = [1, 2, 3]\nopen("data.csv", "w").write("a\\n")\nprint("loaded")' });
+    expect(c1).toMatchObject({ success: true, stdout: 'loaded\n', cell: 1, session_id: s.session_id });
+    // (The fake maps the pod's paths to directories of its own: relative to the cells' working directory they are the same.)
+    const c2 = await exec(s.session_id, {
+      code: 'import json\nd = json.load(open("../input/data.json"))\njson.dump({"sum": sum(rows) + d["n"], "csv": open("data.csv").read()}, open("../output/result.json", "w"))\nopen("../output/plot.txt", "w").write("p")',
+      input_data: { n: 10 },
+    });
+    expect(c2).toMatchObject({ success: true, output: { sum: 16, csv: 'a\n' }, cell: 2 });
+    expect((await json(await svc.get(`/jobs/${c2.execution_id}?view=full`))).artifacts.map((a: J) => a.name)).toEqual(['plot.txt']);
+    expect((await json(await svc.get(`/jobs/${c1.execution_id}?view=full`))).artifacts).toEqual([]);
+    const c3 = await exec(s.session_id, { code: 'print(undefined_name)' });
+    expect(c3).toMatchObject({ success: false, cell: 3, error: { type: 'name_error' } });
+    const rec = await json(await svc.get(`/jobs/${c2.execution_id}?view=full`));
+    expect(rec).toMatchObject({ status: 'succeeded', relationship: 'session', session_id: s.session_id, cell: 2 });
+    expect(await json(await svc.get(`/sessions/${s.session_id}`))).toMatchObject({ status: 'ready', cells: 3 });
+    const job = pod.metadata.ownerReferences![0]!.name;
+    expect((await json(await close(s.session_id)))).toMatchObject({ status: 'ended', end_reason: 'closed' });
+    await fake.waitFor(() => !fake.list('jobs', NS).some((j) => j.metadata.name === job), 5000, 'session Job deleted');
+    expect((await svc.post(`/sessions/${s.session_id}/execute`, { code: 'print(1)' })).status).toBe(409);
+  }, 60_000);
+
+  it('two sessions cannot see each other: variables, files, pods', async () => {
+    const a = await create();
+    const b = await create();
+    expect(podOf(a.session_id)!.metadata.name).not.toBe(podOf(b.session_id)!.metadata.name);
+    expect(await exec(a.session_id, { code: 'secret = 42\nopen("mine.txt", "w").write("a")' })).toMatchObject({ success: true });
+    const seen = await exec(b.session_id, { code: 'import os\nprint("secret" in globals(), os.path.exists("mine.txt"), sorted(os.listdir(".")))' });
+    expect(seen).toMatchObject({ success: true, stdout: 'False False []\n' });
+    expect((await json(await svc.get(`/sessions/${b.session_id}/files`))).items).toEqual([]);
+    expect((await svc.get(`/sessions/${b.session_id}/files/mine.txt`)).status).toBe(404);
+    expect(await svc.get(`/sessions/${a.session_id}/files/mine.txt`).then((r) => r.text())).toBe('a');
+    await close(a.session_id);
+    await close(b.session_id);
+  }, 60_000);
+
+  it('files API through the pod: put, get (ETag, 304, HEAD), list, delete; traversal refused on every route; links and FIFOs never followed', async () => {
+    const s = await create();
+    const base = `/sessions/${s.session_id}/files`;
+    const put = (name: string, body: string | Buffer) => svc.app.request(`${base}/${name}`, { method: 'PUT', headers: { 'content-type': 'application/octet-stream' }, body });
+    expect((await put('data.csv', 'a,b\n1,2\n')).status).toBe(201);
+    const replaced = await put('data.csv', 'a,b\n3,4\n');
+    expect(replaced.status).toBe(200);
+    expect((await json(replaced)).sha256).toMatch(/^[0-9a-f]{64}$/);
+    const c = await exec(s.session_id, { code: 'print(open("data.csv").read().split()[1])\nopen("out.txt", "w").write("from cell")\nimport os\nos.symlink("/etc/passwd", "link")\nos.mkdir("sub")\nos.mkfifo("fifo")' });
+    expect(c).toMatchObject({ success: true, stdout: '3,4\n' });
+    const got = await svc.get(`${base}/out.txt`);
+    expect(got.status).toBe(200);
+    expect(await got.text()).toBe('from cell');
+    const etag = got.headers.get('etag')!;
+    expect(etag).toMatch(/^"[0-9a-f]{64}"$/);
+    expect((await svc.get(`${base}/out.txt`, { 'if-none-match': etag })).status).toBe(304);
+    const head = await svc.app.request(`${base}/out.txt`, { method: 'HEAD' });
+    expect(head.status).toBe(200);
+    expect(head.headers.get('content-length')).toBe('9');
+    expect((await json(await svc.get(base))).items.map((f: J) => f.name)).toEqual(['data.csv', 'out.txt']);
+    const passwd = (await import('node:fs')).readFileSync('/etc/passwd', 'utf8');
+    for (const name of ['link', 'sub', 'fifo']) {
+      expect((await svc.get(`${base}/${name}`)).status, name).toBe(409);
+      expect((await put(name, 'overwritten')).status, name).toBe(409);
+    }
+    expect((await import('node:fs')).readFileSync('/etc/passwd', 'utf8')).toBe(passwd);
+    for (const bad of ['..', '%2E%2E']) {
+      for (const res of [await svc.get(`${base}/${bad}`), await put(bad, 'x'), await svc.app.request(`${base}/${bad}`, { method: 'DELETE' })]) {
+        expect(res.status, bad).toBeGreaterThanOrEqual(400);
+        expect(res.status, bad).toBeLessThan(500);
+      }
+    }
+    for (const bad of ['..%2F..%2Fetc%2Fpasswd', '%2Fetc%2Fpasswd', 'a%5Cb', 'a%00b', 'a%0Ab']) {
+      for (const res of [await svc.get(`${base}/${bad}`), await svc.app.request(`${base}/${bad}`, { method: 'HEAD' }), await put(bad, 'x'), await svc.app.request(`${base}/${bad}`, { method: 'DELETE' })]) {
+        expect(res.status, bad).toBe(400);
+      }
+    }
+    expect((await put('big.bin', Buffer.alloc(svc.config.max_artifact_bytes + 1))).status).toBe(413);
+    // A file a cell made larger than the cap is refused when read (the pod checks the size).
+    await exec(s.session_id, { code: `open("huge.bin", "wb").write(b"x" * ${svc.config.max_artifact_bytes + 1})` });
+    expect((await svc.get(`${base}/huge.bin`)).status).toBe(413);
+    const bin = Buffer.from(Array.from({ length: 300_000 }, (_, i) => i % 251));
+    expect((await put('blob.bin', bin)).status).toBe(201);
+    expect(Buffer.from(await (await svc.get(`${base}/blob.bin`)).arrayBuffer()).equals(bin)).toBe(true);
+    expect((await svc.app.request(`${base}/out.txt`, { method: 'DELETE' })).status).toBe(204);
+    expect((await svc.get(`${base}/out.txt`)).status).toBe(404);
+    expect((await svc.app.request(`${base}/out.txt`, { method: 'DELETE' })).status).toBe(404);
+    expect((await svc.app.request(`${base}/sub`, { method: 'DELETE' })).status).toBe(409);
+    await close(s.session_id);
+    expect((await svc.get(`${base}/data.csv`)).status).toBe(409);
+  }, 60_000);
+
+  it('a timed-out cell is interrupted and keeps the state; one that ignores the interrupt is killed and the session ends crashed', async () => {
+    const s = await create();
+    await exec(s.session_id, { code: 'x = 5' });
+    const slow = svc.post(`/sessions/${s.session_id}/execute`, { code: 'import time\nwhile True: time.sleep(0.05)', timeout: 1 });
+    let busy: J = {};
+    for (let i = 0; i < 100 && busy.status !== 'busy'; i++) {
+      busy = await json(await svc.get(`/sessions/${s.session_id}`));
+      if (busy.status !== 'busy') await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(busy.status).toBe('busy');
+    const second = await svc.post(`/sessions/${s.session_id}/execute`, { code: 'print(x)' });
+    expect(second.status).toBe(409);
+    expect((await json(second)).running_cell_id).toBe(busy.running_cell_id);
+    expect(await json(await slow)).toMatchObject({ success: false, exit_code: null, error: { type: 'execution_timeout' } });
+    expect(await exec(s.session_id, { code: 'print(x)' })).toMatchObject({ success: true, stdout: '5\n' });
+    const stubborn = await exec(s.session_id, { code: 'import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(30)', timeout: 1 });
+    expect(stubborn).toMatchObject({ success: false, error: { type: 'execution_timeout' } });
+    expect(await json(await svc.get(`/sessions/${s.session_id}`))).toMatchObject({ status: 'ended', end_reason: 'crashed' });
+  }, 60_000);
+
+  it('an OOM kill of the pod ends the session oom; the cell says so', async () => {
+    const s = await create();
+    const pod = podOf(s.session_id)!.metadata.name;
+    const cell = svc.post(`/sessions/${s.session_id}/execute`, { code: 'import time\nfor _ in range(200): time.sleep(0.05)' });
+    for (let i = 0; i < 100 && (await json(await svc.get(`/sessions/${s.session_id}`))).status !== 'busy'; i++) await new Promise((r) => setTimeout(r, 20));
+    fake.oomKill(pod);
+    expect(await json(await cell)).toMatchObject({ success: false, error: { type: 'oom' } });
+    expect(await json(await svc.get(`/sessions/${s.session_id}`))).toMatchObject({ status: 'ended', end_reason: 'oom' });
+  }, 60_000);
+});

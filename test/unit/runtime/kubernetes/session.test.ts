@@ -1,0 +1,111 @@
+/**
+ * A session's Job (session/session-job.ts) and the pure decisions about its pod
+ * (session/session-decide.ts): the run Job's isolation kept (RuntimeClass, security context, limits,
+ * read-only /code and /input, no service-account token), the session's own changes, and the table of
+ * pod states, OOM kills and collector refusals.
+ */
+import { describe, expect, it } from 'vitest';
+import * as v from 'valibot';
+import { JobTypeConfigSchema, parseConfig } from '../../../../src/config.ts';
+import { AppError } from '../../../../src/errors.ts';
+import { fromConfig } from '../../../../src/jobtypes/job-type.ts';
+import { answerError, podEnd, podOom, podTrouble } from '../../../../src/runtime/kubernetes/session/session-decide.ts';
+import { SESSION_DEADLINE_SLACK_SEC, SESSION_LABELS, sessionJob, sessionJobName } from '../../../../src/runtime/kubernetes/session/session-job.ts';
+import { makePod } from '../../../support/kube-builders.ts';
+import { validateJob } from '../../../support/k8s-schema.ts';
+
+const config = parseConfig({ runtime: 'kubernetes', kubernetes: { executor_image: 'sandpod/executor:test' } }, {});
+const jt = (over: Record<string, unknown> = {}) => fromConfig(v.parse(JobTypeConfigSchema, { name: 'default', memory_limit: '256m', ...over }));
+const ID = '0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9';
+const build = (over: Partial<Parameters<typeof sessionJob>[2]> = {}, type = jt()) =>
+  sessionJob(type, config, { sessionId: ID, name: sessionJobName(ID), runtimeClassName: 'gvisor', runnerSource: '# runner', collectorSource: '# collector', requirements: [], lifetimeSec: 600, ...over });
+
+describe('sessionJob', () => {
+  it('is a valid Job with the run Job isolation and the session changes', () => {
+    const job = build();
+    validateJob(job);
+    const pod = job.spec!.template.spec!;
+    expect(job.metadata?.name).toBe(`sps-${ID}`);
+    expect(job.metadata?.labels?.[SESSION_LABELS.sessionId]).toBe(ID);
+    expect(job.spec!.template.metadata?.labels?.[SESSION_LABELS.sessionId]).toBe(ID);
+    expect(job.metadata?.labels?.['sandpod.io/execution-id']).toBeUndefined();
+    expect(job.spec?.activeDeadlineSeconds).toBe(600 + SESSION_DEADLINE_SLACK_SEC);
+    expect(pod).toMatchObject({ runtimeClassName: 'gvisor', automountServiceAccountToken: false, enableServiceLinks: false, restartPolicy: 'Never', securityContext: { runAsNonRoot: true, runAsUser: 1000 } });
+    const main = pod.containers.find((c) => c.name === 'main')!;
+    const collector = pod.containers.find((c) => c.name === 'collector')!;
+    expect(main.securityContext).toMatchObject({ readOnlyRootFilesystem: true, allowPrivilegeEscalation: false, capabilities: { drop: ['ALL'] } });
+    expect(main.resources?.limits?.memory).toBe('256Mi');
+    expect(main.volumeMounts).toEqual(
+      expect.arrayContaining([
+        { name: 'code', mountPath: '/code', readOnly: true },
+        { name: 'input', mountPath: '/input', readOnly: true },
+        { name: 'workspace', mountPath: '/workspace' },
+      ]),
+    );
+    expect(main.volumeMounts?.some((m) => m.name === 'runner')).toBe(false);
+    const cmd = main.command!;
+    expect(cmd.slice(0, 2)).toEqual(['/usr/bin/env', '-i']);
+    expect(cmd[cmd.indexOf('-c') + 1]).toBe('# runner');
+    expect(cmd).toEqual(expect.arrayContaining(['--session', '--go-port']));
+    expect(cmd[cmd.indexOf('--cwd') + 1]).toBe('/workspace');
+    expect(cmd.filter((a) => a === '--cwd')).toHaveLength(1);
+    for (const gone of ['--timeout', '--max-stream-bytes', '--tee', '--wait', '--ready-listen']) expect(cmd, gone).not.toContain(gone);
+    expect(main.startupProbe).toBeUndefined();
+    expect(collector).toMatchObject({ stdin: true, stdinOnce: false });
+    expect(collector.command![collector.command!.indexOf('-c') + 1]).toBe('# collector');
+    expect(collector.securityContext).toMatchObject({ readOnlyRootFilesystem: true, runAsUser: 1000 });
+    // No Secret is needed: no volume names one.
+    expect(pod.volumes?.some((vol) => vol.secret)).toBe(false);
+    expect(pod.volumes?.find((vol) => vol.name === 'workspace')).toEqual({ name: 'workspace', emptyDir: {} });
+  });
+
+  it('installs requirements in deps; a network-none type gets no resolver; no RuntimeClass only when given none', () => {
+    const withDeps = build({ requirements: ['six==1.16.0'] });
+    const init = withDeps.spec!.template.spec!.initContainers!;
+    expect(init.map((c) => c.name)).toEqual(['deps']);
+    expect(init[0]!.command).toContain('six==1.16.0');
+    expect(withDeps.spec!.template.spec!.containers.find((c) => c.name === 'main')!.command).toEqual(expect.arrayContaining(['--python-path', '/deps']));
+    const none = build({}, jt({ network: { mode: 'none', allowed_hosts: [] } }));
+    expect(build({}, jt({ network: { mode: 'bridge', allowed_hosts: [] } })).spec!.template.spec!.dnsPolicy).toBe('ClusterFirst');
+    expect(none.spec!.template.spec!.dnsPolicy).toBe('None');
+    expect(none.metadata?.labels?.['sandpod.io/network']).toBe('none');
+    expect(build({ runtimeClassName: null }).spec!.template.spec!.runtimeClassName).toBeUndefined();
+  });
+});
+
+describe('session pod decisions', () => {
+  const t = 1_700_000_000_000;
+  it.each([
+    ['absent', undefined, 'absent'],
+    ['pending', makePod().obj(), 'starting'],
+    ['collector running', makePod().running('main', t).running('collector', t).obj(), 'attachable'],
+    ['main ended', makePod().running('collector', t).terminated('main', 1, 'Error', t, t).obj(), 'ended'],
+    ['image pull error', makePod().waiting('main', 'ImagePullBackOff', 'nope').obj(), 'ended'],
+    ['deleting', makePod().running('main', t).running('collector', t).deleting().obj(), 'gone'],
+    ['failed', makePod().phase('Failed').obj(), 'ended'],
+  ] as const)('%s → %s', (_n, pod, want) => {
+    expect(podEnd(pod)).toBe(want);
+  });
+
+  it('tells an OOM kill from other ends', () => {
+    expect(podOom(makePod().running('collector', t).terminated('main', 137, 'OOMKilled', t, t).obj())).toBe(true);
+    expect(podOom(makePod().terminated('main', 137, 'Error', t, t).terminated('collector', 137, 'OOMKilled', t, t).obj())).toBe(true);
+    expect(podOom(makePod().terminated('main', 0, 'Completed', t, t).terminated('collector', 0, 'Completed', t, t).obj())).toBe(false);
+    expect(podOom(makePod().terminated('main', 137, 'Error', t, t).terminated('collector', 0, 'Completed', t, t).obj())).toBe(false);
+    expect(podOom(undefined)).toBe(false);
+    expect(podTrouble(makePod().waiting('main', 'ErrImagePull', 'not found').obj())).toBe('main: ErrImagePull: not found');
+  });
+
+  it.each([
+    [{ ok: false, code: 'not_found', message: 'no file' }, 404],
+    [{ ok: false, code: 'conflict', message: 'a link' }, 409],
+    [{ ok: false, code: 'payload_too_large', message: 'big' }, 413],
+    [{ ok: false, code: 'bad_request', message: 'name' }, 400],
+    [{ ok: false, code: 'internal_error', message: 'x' }, 409],
+    [{ ok: false }, 409],
+  ])('collector refusal %j → %i', (reply, status) => {
+    const err = answerError(reply);
+    expect(err).toBeInstanceOf(AppError);
+    expect(err.status).toBe(status);
+  });
+});
