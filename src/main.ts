@@ -201,7 +201,8 @@ export async function createService(config: Config, o: ServiceOverrides = {}): P
         await executions.syncSettled(5000);
       }
       onDrained?.();
-      // Local sandboxes die with the service: its sessions end `service_restart` (docs/api.md).
+      // Local sandboxes die with the service: its sessions end `service_restart`; a cluster's session
+      // pods live on, released for the next process to adopt (docs/api.md).
       await sessions?.stop();
       await webhooks?.stop();
       await executions.stop();

@@ -425,4 +425,6 @@ export interface SessionSandbox {
   onEnd(cb: (e: SessionEnd) => void): void;
   /** Kills it and removes its traces. */
   destroy(): Promise<void>;
+  /** Lets go of it without ending it (its service stops; another process adopts it: `Runtime.adoptSession`). */
+  release?(): void;
 }

@@ -54,6 +54,26 @@ export function decideOrphan(s: { status: SessionStatus; heartbeatAt: number }, 
   return s.status !== 'ended' && now - s.heartbeatAt >= staleMs ? 'service_restart' : null;
 }
 
+/**
+ * What to do with a live session no process here holds, when its sandbox may outlive its owner (a
+ * runtime with `adoptSession`, a cluster's pods): `adopt` it when its owner let it go at a graceful
+ * stop (`released`) or has been silent for `staleMs` (and its holder lease is gone: the caller's
+ * `ownerAlive`); otherwise leave it to its owner. Where sandboxes die with their owner, as
+ * {@link decideOrphan}.
+ */
+export function decideOrphanAction(
+  s: { status: SessionStatus; heartbeatAt: number; released: boolean; ownerAlive: boolean },
+  now: number,
+  staleMs: number,
+  canAdopt: boolean,
+): 'adopt' | 'service_restart' | null {
+  if (s.status === 'ended') return null;
+  if (canAdopt && s.released) return 'adopt';
+  if (s.ownerAlive) return null;
+  const gone = decideOrphan(s, now, staleMs);
+  return gone && canAdopt ? 'adopt' : gone;
+}
+
 /** Admission: a new session fits while fewer than `max` are live (all processes). */
 export function admitSession(live: number, max: number): { ok: true } | { ok: false; message: string } {
   if (max <= 0) return { ok: false, message: 'sessions are disabled on this service (max_sessions is 0)' };

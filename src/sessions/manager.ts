@@ -19,9 +19,9 @@ import type { Logger } from '../logger.ts';
 import { runEnv, SessionDependencyError, type Runtime, type SessionFiles, type SessionSandbox } from '../runtime/runtime.ts';
 import { hostWorkspaceFiles } from './files.ts';
 import type { Db, ExecutionRow, SessionRow } from '../store/database.ts';
-import { endSession, getSession, heartbeatSessions, insertSessionAdmitted, listSessions, liveSessions, updateLiveSession } from '../store/sessions.repository.ts';
+import { claimSession, endSession, getSession, heartbeatSessions, insertSessionAdmitted, listSessions, liveSessions, RELEASED_OWNER, releaseSessions, updateLiveSession } from '../store/sessions.repository.ts';
 import { SessionStreams } from './event-stream.ts';
-import { admitSession, afterCell, decideExpiry, decideOrphan, sessionSettings, type EndReason, type SessionStatus } from './decide.ts';
+import { admitSession, afterCell, decideExpiry, decideOrphanAction, sessionSettings, type EndReason, type SessionStatus } from './decide.ts';
 
 /** Options of {@link SessionManager}. */
 export interface SessionManagerOptions {
@@ -93,11 +93,23 @@ export class SessionManager {
     this.timer.unref();
   }
 
-  /** Ends every session of this process (`service_restart`: its sandbox goes with the service). */
+  /**
+   * Ends every session of this process (`service_restart`: its sandbox goes with the service), or,
+   * where sandboxes outlive the service (`Runtime.adoptSession`), lets them go for the next process
+   * to adopt: their sandboxes released, their rows marked released.
+   */
   async stop(): Promise<void> {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
-    await Promise.all([...this.live.keys()].map((id) => this.finish(id, 'service_restart')));
+    if (this.o.runtime.adoptSession) {
+      for (const live of this.live.values()) {
+        live.closing = true;
+        live.sandbox.release?.();
+      }
+      this.live.clear();
+      const n = await releaseSessions(this.o.db.kysely, this.o.executions.workerId);
+      if (n > 0) this.o.logger.info({ sessions: n }, 'sessions released for another process to adopt');
+    } else await Promise.all([...this.live.keys()].map((id) => this.finish(id, 'service_restart')));
     await this.streams.stop();
   }
 
@@ -134,6 +146,7 @@ export class SessionManager {
         heartbeat_at: now,
         created_at: now,
         last_used_at: now,
+        requirements: JSON.stringify(extra),
         client_ip: meta.clientIp,
         correlation_id: meta.correlationId,
       });
@@ -149,14 +162,51 @@ export class SessionManager {
       if (err instanceof SessionDependencyError) throw new AppError('dependency_error', `the session's requirements could not be installed: ${err.message}`);
       throw new AppError('service_unavailable', `the session's sandbox could not be started: ${(err as Error).message}`);
     }
-    const live: Live = { sandbox, requirements: extra, cells: 0, running: null, closing: false };
+    this.hold(id, sandbox, extra, 0);
+    const row = await updateLiveSession(db.kysely, id, { status: 'ready' });
+    if (!row) throw new AppError('conflict', `session '${id}' ended while it started`);
+    return row;
+  }
+
+  /** Holds a session's sandbox here; its end (crash, OOM) between cells ends the session. */
+  private hold(id: string, sandbox: SessionSandbox, requirements: string[], cells: number): Live {
+    const live: Live = { sandbox, requirements, cells, running: null, closing: false };
     this.live.set(id, live);
     sandbox.onEnd((e) => {
       if (!live.closing && !live.running) void this.finish(id, e.reason === 'oom' ? 'oom' : 'crashed');
     });
-    const row = await updateLiveSession(db.kysely, id, { status: 'ready' });
-    if (!row) throw new AppError('conflict', `session '${id}' ended while it started`);
-    return row;
+    return live;
+  }
+
+  /**
+   * Takes over a session another process held, whose sandbox lives on (a cluster's pod): claimed in
+   * the database first (one process wins), then reached again through the runtime. A sandbox that is
+   * gone ends the session `crashed`.
+   */
+  private async adopt(r: SessionRow, now: Date): Promise<void> {
+    const db = this.o.db.kysely;
+    if (!(await claimSession(db, r.id, r.owner, this.o.executions.workerId, now))) return;
+    let sandbox: SessionSandbox | null = null;
+    try {
+      sandbox = (await this.o.runtime.adoptSession?.(r.id)) ?? null;
+    } catch (err) {
+      this.o.logger.warn({ session_id: r.id, err: String(err) }, 'could not adopt the session');
+    }
+    if (!sandbox) {
+      if (await endSession(db, r.id, 'crashed', this.now())) this.streams.notify(r.id);
+      this.o.logger.info({ session_id: r.id, from: r.owner }, 'session ended: its sandbox was gone when adopted');
+      return;
+    }
+    let requirements: string[] = [];
+    try {
+      requirements = JSON.parse(r.requirements ?? '[]') as string[];
+    } catch {
+      /* none known */
+    }
+    this.hold(r.id, sandbox, requirements, r.cells);
+    await updateLiveSession(db, r.id, { status: 'ready', running_cell_id: null });
+    this.streams.notify(r.id);
+    this.o.logger.info({ session_id: r.id, from: r.owner || 'released', cells: r.cells }, 'session adopted');
   }
 
   /** One session (404 when unknown). */
@@ -263,9 +313,11 @@ export class SessionManager {
       const clock = { status: r.status as SessionStatus, createdAt: new Date(r.created_at).getTime(), lastUsedAt: new Date(r.last_used_at).getTime(), idleTimeoutS: r.idle_timeout_s, maxLifetimeS: r.max_lifetime_s };
       const expired = decideExpiry(clock, now);
       if (mine && expired) await this.finish(r.id, expired);
-      else if (!mine && r.owner !== this.o.executions.workerId && !alive.has(r.owner)) {
-        const orphan = decideOrphan({ status: clock.status, heartbeatAt: new Date(r.heartbeat_at).getTime() }, now, this.staleMs);
-        if (orphan && (await endSession(db, r.id, orphan, new Date(now)))) this.streams.notify(r.id);
+      else if (!mine && r.owner !== this.o.executions.workerId) {
+        const released = r.owner === RELEASED_OWNER;
+        const orphan = decideOrphanAction({ status: clock.status, heartbeatAt: new Date(r.heartbeat_at).getTime(), released, ownerAlive: !released && alive.has(r.owner) }, now, this.staleMs, !!this.o.runtime.adoptSession);
+        if (orphan === 'adopt') await this.adopt(r, new Date(now));
+        else if (orphan && (await endSession(db, r.id, orphan, new Date(now)))) this.streams.notify(r.id);
       }
     }
   }

@@ -14,6 +14,7 @@ import * as m0008 from './migrations/0008_trace_id.ts';
 import * as m0009 from './migrations/0009_input_files.ts';
 import * as m0010 from './migrations/0010_sessions.ts';
 import * as m0011 from './migrations/0011_holder_leases.ts';
+import * as m0012 from './migrations/0012_session_adoption.ts';
 
 /** Static provider: migrations are imported, so bundling and tsx both find them. */
 const provider: MigrationProvider = {
@@ -30,6 +31,7 @@ const provider: MigrationProvider = {
       '0009_input_files': m0009,
       '0010_sessions': m0010,
       '0011_holder_leases': m0011,
+      '0012_session_adoption': m0012,
     };
   },
 };

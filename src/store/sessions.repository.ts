@@ -69,3 +69,20 @@ export async function listSessions(db: Q, f: { status?: string | undefined; limi
 export async function nextCellRecord(db: Q, sessionId: string, from: number): Promise<ExecutionRow | undefined> {
   return db.selectFrom('executions').selectAll().where('session_id', '=', sessionId).where('cell', '>=', from).orderBy('cell').limit(1).executeTakeFirst();
 }
+
+/** The owner a session has while no process holds it (its holder stopped and let it go for another to adopt). */
+export const RELEASED_OWNER = '';
+
+/**
+ * Takes a live session from `from` (a process that is gone, or {@link RELEASED_OWNER}) for `to`;
+ * returns the row when this call took it (of two processes trying, one gets it).
+ */
+export async function claimSession(db: Q, id: string, from: string, to: string, now: Date): Promise<SessionRow | undefined> {
+  return db.updateTable('sessions').set({ owner: to, heartbeat_at: now }).where('id', '=', id).where('owner', '=', from).where('status', '<>', 'ended').returningAll().executeTakeFirst();
+}
+
+/** Lets go of this owner's live sessions (a graceful stop whose sandboxes live on): another process adopts them. */
+export async function releaseSessions(db: Q, owner: string): Promise<number> {
+  const r = await db.updateTable('sessions').set({ owner: RELEASED_OWNER }).where('owner', '=', owner).where('status', '<>', 'ended').executeTakeFirst();
+  return Number(r.numUpdatedRows);
+}

@@ -191,6 +191,8 @@ export interface SessionsTable {
   ended_at: Timestamp | null;
   client_ip: string | null;
   correlation_id: string | null;
+  /** The session's own requirements as a JSON array (a process that adopts the session needs them); null on older rows. */
+  requirements: string | null;
 }
 
 /** A holder's liveness lease (src/queue/leases.ts): renewed on the database's clock. */

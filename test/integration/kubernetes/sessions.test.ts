@@ -18,6 +18,7 @@ let fake: FakeKube;
 let database: TestDatabase;
 let svc: TestService;
 let restore: (() => void) | undefined;
+const CONFIG = { runtime: 'kubernetes', max_sessions: 4, kubernetes: { executor_image: 'sandpod/executor:test', deadline_grace_seconds: 5, preflight: false } };
 
 const json = async (res: Response) => (await res.json()) as J;
 const create = async (body: J = {}) => {
@@ -35,7 +36,7 @@ beforeAll(async () => {
   fake.addRuntimeClass('gvisor');
   restore = useFakeKubeconfig(fake);
   database = await freshDatabase();
-  svc = await startTestService({ runtime: 'kubernetes', max_sessions: 4, kubernetes: { executor_image: 'sandpod/executor:test', deadline_grace_seconds: 5, preflight: false } }, {}, database);
+  svc = await startTestService(CONFIG, {}, database);
 }, 120_000);
 
 afterAll(async () => {
@@ -171,5 +172,34 @@ describe('sessions on the Kubernetes runtime (fake API server, real runner and c
     fake.oomKill(pod);
     expect(await json(await cell)).toMatchObject({ success: false, error: { type: 'oom' } });
     expect(await json(await svc.get(`/sessions/${s.session_id}`))).toMatchObject({ status: 'ended', end_reason: 'oom' });
+  }, 60_000);
+
+  it('a new service process adopts a session whose pod lives on: variables and files kept, the same pod', async () => {
+    const s = await create();
+    expect(await exec(s.session_id, { code: 'x = 41\nopen("kept.txt", "w").write("k")' })).toMatchObject({ success: true, cell: 1 });
+    const pod = podOf(s.session_id)!.metadata.name;
+    // A graceful stop lets the session go (its pod keeps running), for the next process to adopt.
+    await svc.close();
+    expect(podOf(s.session_id)?.metadata.name).toBe(pod);
+    svc = await startTestService(CONFIG, {}, database);
+    expect(await json(await svc.get(`/sessions/${s.session_id}`))).toMatchObject({ status: 'ready', cells: 1 });
+    const c2 = await exec(s.session_id, { code: 'print(x + 1, open("kept.txt").read())' });
+    expect(c2).toMatchObject({ success: true, stdout: '42 k\n', cell: 2 });
+    expect(await svc.get(`/sessions/${s.session_id}/files/kept.txt`).then((r) => r.text())).toBe('k');
+    expect(podOf(s.session_id)!.metadata.name).toBe(pod);
+    // Two attaches to that pod's collector: the first process's and the adopter's.
+    expect(fake.attaches.filter((a) => a.pod === pod)).toHaveLength(2);
+    await close(s.session_id);
+    await fake.waitFor(() => !podOf(s.session_id), 5000, 'session pod gone');
+  }, 60_000);
+
+  it('a session whose pod is gone when adopted ends crashed', async () => {
+    const s = await create();
+    const pod = podOf(s.session_id)!.metadata.name;
+    await svc.close();
+    fake.deletePod(pod, 0);
+    await fake.waitFor(() => !podOf(s.session_id), 5000, 'pod gone');
+    svc = await startTestService(CONFIG, {}, database);
+    expect(await json(await svc.get(`/sessions/${s.session_id}`))).toMatchObject({ status: 'ended', end_reason: 'crashed' });
   }, 60_000);
 });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { admitSession, afterCell, decideExpiry, decideOrphan, expiresAt, sessionSettings, type SessionClock } from '../../../src/sessions/decide.ts';
+import { admitSession, afterCell, decideExpiry, decideOrphan, decideOrphanAction, expiresAt, sessionSettings, type SessionClock } from '../../../src/sessions/decide.ts';
 
 const T0 = Date.UTC(2026, 11, 1, 12, 0, 0);
 const s = (o: Partial<SessionClock> = {}): SessionClock => ({ status: 'ready', createdAt: T0, lastUsedAt: T0, idleTimeoutS: 300, maxLifetimeS: 3600, ...o });
@@ -83,5 +83,21 @@ describe('afterCell', () => {
     ['closed', { status: 'ended', endReason: 'crashed' }],
   ] as const)('sandbox %s', (ended, want) => {
     expect(afterCell(ended)).toEqual(want);
+  });
+});
+
+describe('decideOrphanAction (sandboxes that outlive their owner are adopted)', () => {
+  const now = sec(100);
+  const o = (over: Partial<Parameters<typeof decideOrphanAction>[0]> = {}) => ({ status: 'ready' as const, heartbeatAt: sec(95), released: false, ownerAlive: false, ...over });
+  it.each([
+    ['released at a graceful stop: adopted at once', o({ released: true }), true, 'adopt'],
+    ['released, but this runtime cannot adopt', o({ released: true, heartbeatAt: sec(0) }), false, 'service_restart'],
+    ['owner silent past staleMs: adopted', o({ heartbeatAt: sec(80) }), true, 'adopt'],
+    ['owner silent past staleMs, local runtime: service_restart', o({ heartbeatAt: sec(80) }), false, 'service_restart'],
+    ['owner silent, but its lease is live: left alone', o({ heartbeatAt: sec(0), ownerAlive: true }), true, null],
+    ['owner heard from recently: left alone', o(), true, null],
+    ['ended: nothing', o({ status: 'ended' as never, released: true }), true, null],
+  ] as const)('%s', (_n, input, canAdopt, want) => {
+    expect(decideOrphanAction(input, now, 10_000, canAdopt)).toBe(want);
   });
 });

@@ -244,7 +244,6 @@ export class KubeSessionSandbox implements SessionSandbox {
 
   /** Lets go of the pod without ending it (this process stops; another adopts the session). */
   release(): void {
-    this.closing = true;
     this.channel.onLost = () => undefined;
     this.channel.close();
   }
