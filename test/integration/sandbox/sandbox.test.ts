@@ -3,7 +3,7 @@
  * installs both; a missing engine fails the suite when CI=true and is skipped visibly otherwise), and a
  * smaller one on the unisolated `process` engine. Nothing is mocked: runsc, bwrap and python run.
  */
-import { mkdtempSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import path from 'node:path';
@@ -14,6 +14,7 @@ import type { Logger } from '../../../src/logger.ts';
 import { FileJobTypeRegistry, type JobType } from '../../../src/jobtypes/job-type.ts';
 import { createLocalRuntime, type LocalRuntime } from '../../../src/runtime/local/index.ts';
 import { findEngineBinaries, type EngineName } from '../../../src/runtime/local/engines.ts';
+import { instanceRoot } from '../../../src/runtime/local/workspace.ts';
 import { RunGoneError, type RunSpec } from '../../../src/runtime/runtime.ts';
 import { describeEachEngineAndMode, modeConfig, runAs } from '../../support/engines.ts';
 import { buildWheels } from '../../support/wheel.ts';
@@ -554,6 +555,41 @@ os.remove('/output/.svc_report.json') if os.path.exists('/output/.svc_report.jso
       expect(r.observation.cpuTimeMs!).toBeLessThan(1500);
       expect(r.observation.cpuTimeMs!).toBeGreaterThan(100);
     }
+  });
+
+  // A warm sandbox starts without the CPU limit (launch-warm.ts: a restore capped at one CPU took twice
+  // as long) and gets the run's at the go, before the program exists: seen from the host's cgroup
+  // files while the program runs (with the go's setLimits removed, no group of this instance has it).
+  it.skipIf(mode === 'cold')("a claimed warm sandbox runs under the run's CPU limit", async () => {
+    const { instance } = instanceRoot(config);
+    const quotas = (): string[] => {
+      const out: string[] = [];
+      for (const [parent, file, parse] of [
+        [`/sys/fs/cgroup/cpu/sandpod/${instance}`, 'cpu.cfs_quota_us', (t: string) => t.trim()],
+        [`/sys/fs/cgroup/sandpod/${instance}`, 'cpu.max', (t: string) => t.trim().split(' ')[0]!],
+      ] as const) {
+        if (!existsSync(parent)) continue;
+        for (const d of readdirSync(parent, { withFileTypes: true })) {
+          if (!d.isDirectory()) continue;
+          try {
+            out.push(parse(readFileSync(path.join(parent, d.name, file), 'utf8')));
+          } catch {
+            // removed meanwhile
+          }
+        }
+      }
+      return out;
+    };
+    if ((await rt.health()).limits !== 'cgroups') return;
+    let done = false;
+    const p = run('import time\ntime.sleep(2)\n', { jt: { cpuLimit: 0.25 } }).finally(() => (done = true));
+    let seen = false;
+    while (!done && !seen) {
+      seen = quotas().includes('25000');
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    expect((await p).observation.exitCode).toBe(0);
+    expect(seen).toBe(true);
   });
 
   describe.skipIf(mode !== 'cold')('requirements (never on warm sandboxes)', () => {

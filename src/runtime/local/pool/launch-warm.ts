@@ -1,10 +1,17 @@
 /**
  * The start of one warm sandbox (pool/sandbox-pool.ts): its run directory with the environment and
- * the egress proxy's directory mounted as for a cold run of its key, its cgroup with the job type's
- * limits, and the engine running `runner.py --wait` (with the job type's `--preload`), started by a
- * pre-forked spawner child that entered the cgroup and dropped root. Nothing of a run is in it yet.
+ * the egress proxy's directory mounted as for a cold run of its key, its cgroup, and the engine
+ * running `runner.py --wait` (with the job type's `--preload`), started by a pre-forked spawner child
+ * that entered the cgroup and dropped root. Nothing of a run is in it yet.
  * With a checkpoint image (gVisor) the engine restores the image instead of booting.
+ *
+ * Limits: the cgroup has the job type's memory and task limits from the start, but its CPU limit
+ * only from the go ({@link warmStartLimits}; warm-entry.ts sets the run's limits before the go line):
+ * until then only the runner and the job type's preloads run in it, and a restore (which loads the
+ * checkpoint's memory on several threads) capped at a job type's one CPU took twice as long (2.0 s
+ * against 1.1 s per refill, bench/sustained.ts's data type). The program never runs uncapped.
  */
+import { availableParallelism } from 'node:os';
 import path from 'node:path';
 import { parseMemory } from '../../../config.ts';
 import type { JobType } from '../../../jobtypes/job-type.ts';
@@ -44,6 +51,13 @@ export interface LaunchedWarm {
   runscId: string | null;
   egress: boolean;
   socketPath: string;
+  /** The run's limits, which the go sets (the start runs with {@link warmStartLimits}). */
+  runLimits: CgroupLimits;
+}
+
+/** The limits a warm sandbox starts with: the run's, but CPU up to every core of the host (see the header). */
+export function warmStartLimits(run: CgroupLimits, hostCpus: number): CgroupLimits {
+  return { ...run, cpus: Math.max(run.cpus, hostCpus) };
 }
 
 /** Starts a warm sandbox of `t`, or says why it cannot (what it made is removed). */
@@ -53,13 +67,14 @@ export function launchWarm(o: LaunchWarmOptions, t: PoolTarget, now: number, res
   const memoryBytes = parseMemory(jt.memoryLimit);
   let rd: RunDir;
   let cgroup: RunCgroup;
+  const runLimits = o.limitsFor(jt, memoryBytes);
   try {
     rd = RunDir.create({ host: o.host, runsDir: o.runsDir, id: sandboxId('w', now), program: 'later', tmpBytes: memoryBytes });
   } catch (err) {
     return fail(`cannot create its directory: ${(err as Error).message}`);
   }
   try {
-    cgroup = o.cgroups.create(rd.id, o.limitsFor(jt, memoryBytes));
+    cgroup = o.cgroups.create(rd.id, warmStartLimits(runLimits, availableParallelism()));
   } catch (err) {
     rd.remove();
     return fail(`cannot create its cgroup: ${(err as Error).message}`);
@@ -107,5 +122,5 @@ export function launchWarm(o: LaunchWarmOptions, t: PoolTarget, now: number, res
     return fail('the spawner cannot start processes right now');
   }
   proc.launch({ file: launch.file, args: launch.args, env: launch.env, cwd: launch.cwd });
-  return { rd, cgroup, proc, runscId: launch.runscId ?? null, egress, socketPath };
+  return { rd, cgroup, proc, runscId: launch.runscId ?? null, egress, socketPath, runLimits };
 }

@@ -257,7 +257,7 @@ export class SandboxPool {
       if (how.how === 'template') o.restore?.templateLost(key);
       return this.failed(key, l.error);
     }
-    const { rd, cgroup, proc, egress, socketPath } = l;
+    const { rd, cgroup, proc, egress, socketPath, runLimits } = l;
     const e: Entry = {
       id: rd.id,
       key,
@@ -268,6 +268,7 @@ export class SandboxPool {
       cgroup,
       proc,
       runscId: l.runscId,
+      runLimits,
       start: how.how,
       checkpointing: false,
       claimed: false,

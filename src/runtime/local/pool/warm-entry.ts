@@ -3,7 +3,7 @@
  * ({@link WarmSandbox}, made by {@link handOver}): the runner's output so far is passed on, and from
  * then on the run's callbacks get it.
  */
-import type { RunCgroup } from '../cgroups.ts';
+import type { CgroupLimits, RunCgroup } from '../cgroups.ts';
 import type { RunDir } from '../runs/run-dir.ts';
 import type { RunProc, SpawnedProc } from '../spawner.ts';
 import type { PoolTarget } from './launch-warm.ts';
@@ -33,6 +33,8 @@ export interface Entry extends PoolEntryView {
   cgroup: RunCgroup;
   proc: SpawnedProc;
   runscId: string | null;
+  /** The run's limits: set at the go (the sandbox started with launch-warm.ts's warmStartLimits). */
+  runLimits: CgroupLimits;
   claimed: boolean;
   /** Booted; booted as the template of its key's checkpoint image; or restored from that image. */
   start: 'boot' | 'template' | 'restore';
@@ -65,7 +67,11 @@ export function handOver(e: Entry, destroy: () => Promise<void>): WarmSandbox {
     cpuBeforeMs,
     proc: { onStdout: route('out'), onStderr: route('err'), kill: () => e.proc.kill(), closed: e.proc.closed },
     bind: (executionId) => e.egress?.bind(executionId, e.target.jobType.network.allowedHosts),
-    go: (timeoutSec, maxStreamBytes, env = {}) => e.proc.input(`${JSON.stringify({ timeout: timeoutSec, max_stream_bytes: maxStreamBytes, ...(Object.keys(env).length ? { env } : {}) })}\n`),
+    go: (timeoutSec, maxStreamBytes, env = {}) => {
+      // The run's CPU limit before the program exists (launch-warm.ts: the start ran without it).
+      e.cgroup.setLimits(e.runLimits);
+      e.proc.input(`${JSON.stringify({ timeout: timeoutSec, max_stream_bytes: maxStreamBytes, ...(Object.keys(env).length ? { env } : {}) })}\n`);
+    },
     destroy,
   };
 }
