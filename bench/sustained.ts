@@ -6,7 +6,8 @@
  *
  * Method: a pool of 2 (`max_starting` 2), filled before each step; a step sends BENCH_SUSTAINED_RUNS
  * (default 12) runs at a fixed rate without waiting for answers; rates start at 0.2/s and grow by
- * 1.5× until a step falls below 90 % hits (or 8/s). A miss runs cold, as in production.
+ * 1.5× until a step falls below 90 % hits (or 8/s), then two bisection steps between the last rate
+ * held and the first missed narrow the answer to ~10 %. A miss runs cold, as in production.
  */
 import { mkdtempSync, chmodSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -17,6 +18,8 @@ import { createLocalRuntime, type EngineName, type LocalRuntime } from '../src/r
 
 const CODE = 'import pandas as pd\nprint(pd.DataFrame({"a": [1, 2]}).a.sum())\n';
 const POOL = 2;
+/** Bisection steps after the ×1.5 bracket (BENCH_SUSTAINED_BISECT). */
+const BISECT = Number(process.env.BENCH_SUSTAINED_BISECT ?? 2);
 const sleep = (t: number) => new Promise((r) => setTimeout(r, t));
 
 /** One step: `n` arrivals at `rate`/s once the pool is full; the share of hits. */
@@ -58,15 +61,30 @@ async function sustained(engine: EngineName, restore: boolean, n: number): Promi
   const rt = createLocalRuntime(config);
   await rt.start();
   const steps: string[] = [];
-  let best = 0;
+  const step = async (rate: number): Promise<boolean> => {
+    const share = await hitShare(rt, config, rate, n);
+    steps.push(`${rate.toFixed(2)}/s: ${Math.round(share * 100)} %`);
+    return share >= 0.9;
+  };
   try {
+    // Bracket: rates ×1.5 from 0.2/s until one falls below 90 % hits; then halve the bracket
+    // (geometric midpoints) BISECT times, so the held rate is known within ~1.5^(1/2^BISECT) and the
+    // two pools are compared at the same precision, not at the bracket's coarse steps.
+    let held = 0;
+    let failed = 0;
     for (let rate = 0.2; rate <= 8; rate *= 1.5) {
-      const share = await hitShare(rt, config, rate, n);
-      steps.push(`${rate.toFixed(2)}/s: ${Math.round(share * 100)} %`);
-      if (share < 0.9) break;
-      best = rate;
+      if (!(await step(rate))) {
+        failed = rate;
+        break;
+      }
+      held = rate;
     }
-    return { rate: best, refillMs: rt.warmPoolStats().find((s) => s.job_type === 'data')?.refill_ms ?? null, steps };
+    for (let i = 0; i < BISECT && held > 0 && failed > 0; i++) {
+      const mid = Math.sqrt(held * failed);
+      if (await step(mid)) held = mid;
+      else failed = mid;
+    }
+    return { rate: held, refillMs: rt.warmPoolStats().find((s) => s.job_type === 'data')?.refill_ms ?? null, steps };
   } finally {
     await rt.stop();
   }
@@ -76,7 +94,7 @@ async function sustained(engine: EngineName, restore: boolean, n: number): Promi
 export async function benchSustained(o: { engines: EngineName[]; say: (s?: string) => void }): Promise<void> {
   const { say } = o;
   const n = Number(process.env.BENCH_SUSTAINED_RUNS ?? 12);
-  say(`### Sustained rate of the data type: highest arrival rate with ≥ 90 % hits (pool ${POOL}, ${n} runs per step, rates ×1.5 from 0.2/s). Target: restore ≥ 3 × boot.`);
+  say(`### Sustained rate of the data type: highest arrival rate with ≥ 90 % hits (pool ${POOL}, ${n} runs per step, rates ×1.5 from 0.2/s, then ${BISECT} bisection steps). Target: restore ≥ 3 × boot.`);
   say('');
   say('| engine | refill | mean refill ms | sustained rate | steps | restore / boot | verdict |');
   say('|---|---|---|---|---|---|---|');
