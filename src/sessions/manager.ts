@@ -102,12 +102,14 @@ export class SessionManager {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
     if (this.o.runtime.adoptSession) {
+      const held = this.live.size;
       for (const live of this.live.values()) {
         live.closing = true;
         live.sandbox.release?.();
       }
       this.live.clear();
-      const n = await releaseSessions(this.o.db.kysely, this.o.executions.workerId);
+      // Unreleased (the database already gone), they are adopted once this owner is stale instead.
+      const n = held > 0 ? await releaseSessions(this.o.db.kysely, this.o.executions.workerId).catch(() => 0) : 0;
       if (n > 0) this.o.logger.info({ sessions: n }, 'sessions released for another process to adopt');
     } else await Promise.all([...this.live.keys()].map((id) => this.finish(id, 'service_restart')));
     await this.streams.stop();
