@@ -174,6 +174,22 @@ describe('sessions on the Kubernetes runtime (fake API server, real runner and c
     expect(await json(await svc.get(`/sessions/${s.session_id}`))).toMatchObject({ status: 'ended', end_reason: 'oom' });
   }, 60_000);
 
+  it('a lost attach (an API server restart) is made again: between cells, and during one', async () => {
+    const s = await create();
+    const pod = podOf(s.session_id)!.metadata.name;
+    expect(await exec(s.session_id, { code: 'x = 1' })).toMatchObject({ success: true });
+    expect(fake.dropAttaches(pod)).toBe(1);
+    expect(await exec(s.session_id, { code: 'print(x)' })).toMatchObject({ success: true, stdout: '1\n', cell: 2 });
+    const slow = svc.post(`/sessions/${s.session_id}/execute`, { code: 'import time\ntime.sleep(1.5)\nprint(x + 1)' });
+    for (let i = 0; i < 100 && (await json(await svc.get(`/sessions/${s.session_id}`))).status !== 'busy'; i++) await new Promise((r) => setTimeout(r, 20));
+    await new Promise((r) => setTimeout(r, 300));
+    expect(fake.dropAttaches(pod)).toBe(1);
+    expect(await json(await slow)).toMatchObject({ success: true, stdout: '2\n', cell: 3 });
+    expect(fake.attaches.filter((a) => a.pod === pod)).toHaveLength(3);
+    expect(await json(await svc.get(`/sessions/${s.session_id}`))).toMatchObject({ status: 'ready', cells: 3 });
+    await close(s.session_id);
+  }, 60_000);
+
   it('a new service process adopts a session whose pod lives on: variables and files kept, the same pod', async () => {
     const s = await create();
     expect(await exec(s.session_id, { code: 'x = 41\nopen("kept.txt", "w").write("k")' })).toMatchObject({ success: true, cell: 1 });

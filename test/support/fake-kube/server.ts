@@ -263,6 +263,8 @@ export class FakeKube {
   readonly requests: LoggedRequest[] = [];
   readonly execs: ExecCall[] = [];
   readonly attaches: AttachCall[] = [];
+  /** Open attach streams by pod name (`dropAttaches` cuts them, as an API server restart would). */
+  private readonly openAttaches = new Map<string, Set<WebSocket>>();
   /**
    * Fault: the next this-many attaches to a `main` container drop the connection on the client's
    * first stdin frame without passing it on (a proxy or API server cut mid hand-over). With
@@ -730,6 +732,13 @@ export class FakeKube {
     this.oomKilledPods.add(name);
     this.mainTerminated(name, 137, 'OOMKilled');
     this.procs.get(name)?.child.kill('SIGKILL');
+  }
+
+  /** Cuts every open attach to a pod (the container goes on; its stdin stays open unless `stdinOnce`). */
+  dropAttaches(name: string): number {
+    const open = [...(this.openAttaches.get(name) ?? [])];
+    for (const ws of open) ws.terminate();
+    return open.length;
   }
 
   /** A container ended (any container, e.g. the collector killed). */
@@ -1306,6 +1315,9 @@ export class FakeKube {
     this.wss.handleUpgrade(req, socket, head, (ws) => {
       const call: AttachCall = { namespace: ns, pod: podName, container, protocol: ws.protocol, stdin: [] };
       this.attaches.push(call);
+      const open = this.openAttaches.get(podName) ?? new Set<WebSocket>();
+      this.openAttaches.set(podName, open.add(ws));
+      ws.on('close', () => open.delete(ws));
       const proc = table?.get(podName);
       const frame = (channel: number, data: Buffer) => {
         if (ws.readyState === ws.OPEN) ws.send(Buffer.concat([Buffer.from([channel]), data]));

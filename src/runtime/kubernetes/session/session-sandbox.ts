@@ -20,6 +20,8 @@ import { defaultOutputLimits, parseOutputTar, type CollectedOutput } from '../ru
 import { SessionChannel, type CellFrame } from './session-channel.ts';
 import { answerError, podEnd, podOom, type PodEnd } from './session-decide.ts';
 
+/** How long attaching again after a lost attach may take, ms. */
+const REATTACH_MS = 15_000;
 /** How long the end of a session waits for the pod's status to tell an OOM kill, ms. */
 const OOM_SETTLE_MS = 4000;
 
@@ -34,6 +36,7 @@ export interface KubeSessionDeps {
 }
 
 interface CellRun {
+  n: number;
   out: Buffer[];
   err: Buffer[];
   cut: { o: boolean; e: boolean };
@@ -53,6 +56,8 @@ export class KubeSessionSandbox implements SessionSandbox {
   private closing = false;
   private readyResolve!: () => void;
   private readonly ready = new Promise<void>((r) => (this.readyResolve = r));
+  /** Set while a lost attach is being made again: requests wait for it. */
+  private reattaching: Promise<void> | null = null;
   /** Adopted while a cell of the earlier process ran: settles when its result went by. */
   private drained: Promise<void> = Promise.resolve();
   private drainResolve: (() => void) | null = null;
@@ -63,11 +68,49 @@ export class KubeSessionSandbox implements SessionSandbox {
     readonly sessionId: string,
     readonly jobName: string,
     readonly podName: string,
-    private readonly channel: SessionChannel,
+    private channel: SessionChannel,
   ) {
-    channel.onFrame = (f) => this.frame(f);
-    channel.onLost = (why) => void this.end('crashed', why);
+    this.wire(channel);
     this.files = this.fileOps();
+  }
+
+  private wire(channel: SessionChannel): void {
+    channel.onFrame = (f) => this.frame(f);
+    channel.onLost = (why) => void this.reattach(why);
+  }
+
+  /**
+   * The attach ended but the pod may live on (an API server or kubelet restart cuts attaches): attach
+   * again, as an adopter would. A cell whose result went by unheard meanwhile cannot be answered: the
+   * session then ends `crashed`, as it does when the pod is gone.
+   */
+  private reattach(why: string): Promise<void> {
+    if (this.closing || this.endedAs) return Promise.resolve();
+    const p = this.attachAgain(why).finally(() => {
+      if (this.reattaching === p) this.reattaching = null;
+    });
+    this.reattaching = p;
+    return p;
+  }
+
+  private async attachAgain(why: string): Promise<void> {
+    if (podEnd(this.pod()) === 'attachable') {
+      try {
+        const { channel, hello } = await SessionChannel.open(this.d.api, this.d.ns, this.podName, this.d.now() + REATTACH_MS, this.d.now);
+        const lostCell = this.cell !== null && hello.busy !== this.cell.n;
+        if (!hello.ended && !lostCell && !this.closing) {
+          this.channel = channel;
+          this.wire(channel);
+          this.d.log.info({ session_id: this.sessionId, pod: this.podName, why }, 'attached to the session pod again');
+          return;
+        }
+        channel.close();
+        if (lostCell) why = `${why}; the running cell's result went by while detached`;
+      } catch (err) {
+        why = `${why}; attaching again failed: ${String(err)}`;
+      }
+    }
+    await this.end('crashed', why);
   }
 
   /** Attaches to `pod` and waits for its runner (`deadline`, epoch ms); rejects when it cannot. */
@@ -164,6 +207,7 @@ export class KubeSessionSandbox implements SessionSandbox {
 
   /** Runs one cell. Resolves with what happened (a crash or OOM included: the session then has ended). */
   async runCell(c: CellSpec): Promise<RawRun> {
+    await this.reattaching;
     await this.drained;
     if (this.endedAs) throw new Error(`the session's sandbox has ended (${this.endedAs.reason})`);
     const t0 = this.d.now();
@@ -171,7 +215,7 @@ export class KubeSessionSandbox implements SessionSandbox {
     const parsing = parseOutputTar(tar, defaultOutputLimits(c.maxArtifactBytes, c.maxStdoutBytes)).finally(() => tar.resume());
     parsing.catch(() => undefined);
     const result = await new Promise<Record<string, unknown> | null>((resolve) => {
-      this.cell = { out: [], err: [], cut: { o: false, e: false }, onOutput: c.onOutput, tar, parsing, tarOk: false, done: resolve };
+      this.cell = { n: c.cell, out: [], err: [], cut: { o: false, e: false }, onOutput: c.onOutput, tar, parsing, tarOk: false, done: resolve };
       const go = { timeout: c.timeoutSec, max_stream_bytes: c.maxStdoutBytes, env: c.env ?? {} };
       this.channel.send({ op: 'cell', cell: c.cell, code: c.code, input: c.inputJson, go }).catch((err: unknown) => void this.end('crashed', `the cell could not be sent: ${String(err)}`));
     });
@@ -211,6 +255,7 @@ export class KubeSessionSandbox implements SessionSandbox {
 
   private fileOps(): SessionFiles {
     const ask = async (req: Record<string, unknown>) => {
+      await this.reattaching;
       if (this.endedAs) throw new Error(`the session's sandbox has ended (${this.endedAs.reason})`);
       const a = await this.channel.request(req);
       if (a.reply.ok !== true) throw answerError(a.reply);
