@@ -6,6 +6,7 @@
  * Run with --expose-gc so the memory samples are taken after a full collection.
  */
 import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { writeHeapSnapshot } from 'node:v8';
 import * as v from 'valibot';
 import { KubeConfig } from '@kubernetes/client-node';
 import { JobTypeConfigSchema, parseConfig } from '../src/config.ts';
@@ -55,6 +56,59 @@ function informerBytes(): { bytes: number; objects: number } {
 }
 
 let left = 0;
+/** The level's event-loop delays so far, as (delay ns, count) pairs, one part per stretch between samples. */
+const segments: { values: [number, number][]; max: number }[] = [];
+function keepSegment(): void {
+  if (eld.count > 0) {
+    const values: [number, number][] = [];
+    let seen = 0;
+    for (const [p, value] of [...eld.percentiles].sort((a, b) => a[0] - b[0])) {
+      const c = Math.round((p / 100) * eld.count) - seen;
+      if (c > 0) values.push([value, c]);
+      seen += Math.max(0, c);
+    }
+    segments.push({ values, max: eld.max });
+  }
+  eld.reset();
+}
+function segmentsQuantile(q: number): number {
+  const all = segments.flatMap((x) => x.values).sort((a, b) => a[0] - b[0]);
+  const total = all.reduce((n, [, c]) => n + c, 0);
+  let acc = 0;
+  for (const [value, c] of all) if ((acc += c) >= q * total) return value;
+  return all.at(-1)?.[0] ?? 0;
+}
+// BENCH_INFLIGHT_TRACE: the event loop's stalls over 20 ms, with when they happened (ms since the level began).
+let trace: { timer: NodeJS.Timeout; t0: number; last: number; cpu: number; stalls: [number, number, number][] } | null = null;
+const cpuMs = () => {
+  const c = process.cpuUsage();
+  return (c.user + c.system) / 1000;
+};
+function startTrace(): void {
+  const t0 = performance.now();
+  trace = {
+    t0,
+    last: t0,
+    cpu: cpuMs(),
+    stalls: [],
+    timer: setInterval(() => {
+      if (!trace) return;
+      const t = performance.now();
+      const c = cpuMs();
+      if (t - trace.last > 25) trace.stalls.push([Math.round(trace.last - trace.t0), Math.round(t - trace.last - 5), Math.round(c - trace.cpu)]);
+      trace.last = t;
+      trace.cpu = c;
+    }, 5),
+  };
+}
+function stopTrace(n: number): void {
+  if (!trace) return;
+  clearInterval(trace.timer);
+  const st = trace.stalls;
+  const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
+  console.error(`[trace ${n}] ${st.length} stalls over 20 ms, ${sum(st.map((x) => x[1]))} ms in all, of which the process's own CPU ${sum(st.map((x) => x[2]))} ms (CPU of both threads: GC helpers count). Stalls (at ms: length/cpu ms): ${st.map(([a, l, c]) => `${a}:${l}/${c}`).join(' ')}`);
+  trace = null;
+}
 process.on('message', (m: Msg) => {
   if (m.op === 'stop') {
     void rt.stop().then(() => process.exit(0));
@@ -64,22 +118,30 @@ process.on('message', (m: Msg) => {
     // The full collections below are the bench's, not the controller's: kept out of the delay figure.
     const measuring = eld.count > 0 || left > 0;
     eld.disable();
+    // A monitor re-enabled without a reset records the whole pause as one delay (it keeps its last
+    // tick): this part of the level's figure is kept aside and the monitor starts afresh.
+    if (measuring) keepSegment();
     const heap = heapMb();
     const inf = informerBytes();
     gc();
+    if (process.env.BENCH_HEAP_SNAPSHOT && controller().inFlight >= 1000) console.error(`[trace] heap snapshot ${writeHeapSnapshot(`${process.env.BENCH_HEAP_SNAPSHOT}/held-${Date.now()}.heapsnapshot`)}`);
     send({ op: 'sample', rss: process.memoryUsage().rss, heap, informer: inf, inFlight: controller().inFlight });
     if (measuring && left > 0) eld.enable();
     return;
   }
   eld.reset();
+  segments.length = 0;
   eld.enable();
+  if (process.env.BENCH_INFLIGHT_TRACE) startTrace();
   const cpu0 = process.cpuUsage();
   left = m.n;
   const levelDone = () => {
     if (--left > 0) return;
     eld.disable();
+    keepSegment();
     const cpu = process.cpuUsage(cpu0);
-    send({ op: 'level-done', eldP99Ms: eld.percentile(99) / 1e6, eldMaxMs: eld.max / 1e6, cpuMs: (cpu.user + cpu.system) / 1000 });
+    stopTrace(m.n);
+    send({ op: 'level-done', eldP99Ms: segmentsQuantile(0.99) / 1e6, eldMaxMs: Math.max(0, ...segments.map((x) => x.max)) / 1e6, cpuMs: (cpu.user + cpu.system) / 1000 });
   };
   for (let i = 0; i < m.n; i++) {
     const s: RunSpec = {

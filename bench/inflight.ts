@@ -11,13 +11,21 @@
  * - controller overhead = `main` terminated in the fake → the run's RawRun resolved in the replica
  *   (both clocks are performance.timeOrigin + now(), the same wall clock);
  * - event-loop delay = perf_hooks.monitorEventLoopDelay in the replica from the level's start to its
- *   last run resolved;
+ *   last run resolved, the held sample's full collections left out (the monitor is reset around it:
+ *   re-enabled without a reset it records the whole pause as one delay);
  * - API calls per run = non-watch requests of the level over N, the Lease's renewals left out (they
  *   are per replica, not per run; counted apart);
  * - informer memory = heap of a structured copy of the pod and Job caches, over the runs cached;
  * - replica CPU per run = its user + system CPU time over the level, over N (sizing: runs/s per core).
  * Targets: event-loop delay p99 ≤ 50 ms, overhead p99 ≤ 100 ms, API calls per run as the single run's,
- * RSS growth per in-flight run ≤ 200 KB. BENCH_CPU_PROF=dir writes a CPU profile of the replica there.
+ * RSS growth per in-flight run ≤ 200 KB. BENCH_CPU_PROF=dir writes a CPU profile of the replica there;
+ * BENCH_HEAP_SNAPSHOT=dir a heap snapshot of it when 1,000 runs are held; BENCH_INFLIGHT_TRACE=1 prints
+ * the replica's event-loop stalls over 20 ms (when, how long, how much of it the replica's own CPU)
+ * and the overhead along the finishing order.
+ *
+ * The stand-in kubelet starts a pod's containers only once the Secret its volumes mount exists, as a
+ * kubelet does (a pod without it stays ContainerCreating): otherwise runs reach their execution phase
+ * while their Secret creates are still queued in the replica, and the held sample counts those.
  */
 import { fork } from 'node:child_process';
 import { loadavg } from 'node:os';
@@ -47,6 +55,8 @@ export interface InflightLevel {
   eldMaxMs: number;
   /** The replica's CPU time (user + system) over the level, per run, ms. */
   cpuMsPerRun: number;
+  /** This process's (the fake API server's and the kubelet's) CPU time over the level, per run, ms. */
+  fakeCpuMsPerRun: number;
   overheadP50: number;
   overheadP99: number;
   callsPerRun: number;
@@ -90,6 +100,7 @@ export async function benchInflight(opts: { levels: number[]; say: (s: string) =
   const level = async (n: number, tag: string): Promise<Omit<InflightLevel, 'rssPerRun'> & { held: Sample }> => {
     const from = fake.requests.length;
     const t0 = performance.now();
+    const cpu0 = process.cpuUsage();
     const executing = new Set<string>();
     const resolved = new Map<string, number>();
     const failures: string[] = [];
@@ -105,9 +116,14 @@ export async function benchInflight(opts: { levels: number[]; say: (s: string) =
     const started = new Set<string>();
     const podsByExecution = new Map<string, string>();
     while (executing.size + failures.length < n) {
+      // As a kubelet does, a pod's containers start only once the Secret its volumes mount exists
+      // (the replica creates it after the Job); until then it is ContainerCreating.
+      const secrets = new Set(fake.peek('secrets').map((x) => x.metadata.name));
       for (const p of fake.peek('pods')) {
         const id = p.metadata.labels?.['sandpod.io/execution-id'];
         if (!id?.startsWith(tag) || started.has(p.metadata.name)) continue;
+        const mounts = ((p.spec as { volumes?: { secret?: { secretName?: string } }[] }).volumes ?? []).flatMap((vol) => (vol.secret?.secretName ? [vol.secret.secretName] : []));
+        if (!mounts.every((name) => secrets.has(name))) continue;
         started.add(p.metadata.name);
         podsByExecution.set(id, p.metadata.name);
         fake.mainRunning(p.metadata.name);
@@ -115,7 +131,9 @@ export async function benchInflight(opts: { levels: number[]; say: (s: string) =
       if (performance.now() - t0 > 300_000) throw new Error(`only ${executing.size} of ${n} runs reached execution`);
       await new Promise((r) => setTimeout(r, 10));
     }
+    const heldAt = performance.now();
     const held = await sample();
+    const finishFrom = performance.now();
     const terminatedAt = new Map<string, number>();
     for (const [id, pod] of podsByExecution) {
       if (!fake.peek('pods').some((p) => p.metadata.name === pod)) continue; // gone: its run failed (reported below)
@@ -124,9 +142,21 @@ export async function benchInflight(opts: { levels: number[]; say: (s: string) =
       terminatedAt.set(id, now());
       await new Promise((r) => setTimeout(r, FINISH_EVERY_MS));
     }
+    const finishTo = performance.now();
     const end = await done;
+    const cpu = process.cpuUsage(cpu0);
     listeners.delete(l);
     if (failures.length) say(`${failures.length} runs of ${n} failed, e.g. ${failures.slice(0, 3).join('; ')}`);
+    if (process.env.BENCH_INFLIGHT_TRACE) {
+      const series = [...terminatedAt].map(([id, at]) => (resolved.get(id) ?? NaN) - at);
+      const parts: string[] = [];
+      for (let i = 0; i < series.length; i += Math.max(1, Math.floor(series.length / 20))) {
+        const b = series.slice(i, i + Math.max(1, Math.floor(series.length / 20)));
+        parts.push(`${i}:${Math.round(Math.max(...b))}`);
+      }
+      say(`[trace ${n}] overhead max per slice of finish order (index:ms): ${parts.join(' ')}`);
+      say(`[trace ${n}] held at ${((heldAt - t0) / 1000).toFixed(1)} s, finishing from ${((finishFrom - t0) / 1000).toFixed(1)} s to ${((finishTo - t0) / 1000).toFixed(1)} s`);
+    }
     const overheads = [...terminatedAt].map(([id, at]) => (resolved.get(id) ?? NaN) - at).filter((x) => Number.isFinite(x));
     const calls = fake.apiCalls(from);
     const lease = calls.filter((c) => c.path.includes('/leases')).length;
@@ -139,6 +169,7 @@ export async function benchInflight(opts: { levels: number[]; say: (s: string) =
       eldP99Ms: end.eldP99Ms,
       eldMaxMs: end.eldMaxMs,
       cpuMsPerRun: end.cpuMs / n,
+      fakeCpuMsPerRun: (cpu.user + cpu.system) / 1000 / n,
       overheadP50: quantile(overheads, 0.5),
       overheadP99: quantile(overheads, 0.99),
       callsPerRun: (calls.length - lease) / n,
@@ -157,14 +188,14 @@ export async function benchInflight(opts: { levels: number[]; say: (s: string) =
     const base = await sample();
     say(`Machine: ${process.env.BENCH_MACHINE ?? '2 cores'}; load average at start ${loadavg().map((x) => x.toFixed(1)).join(' ')}. Replica in its own process (RSS is its own); fake API server and kubelet in the bench process. Runs finish one every ${FINISH_EVERY_MS} ms while the rest stay in flight. Baseline after warm-up: RSS ${MB(base.rss)} MB, heap ${MB(base.heap)} MB. A single run: ${single.callsPerRun.toFixed(1)} API calls.`);
     say('');
-    say('| in flight | RSS held | RSS growth / run | heap held | informer / cached run | event-loop delay p99 (max) | overhead p50 | overhead p99 | API calls / run | replica CPU / run | lost | seconds |');
-    say('|---|---|---|---|---|---|---|---|---|---|---|---|');
+    say('| in flight | RSS held | RSS growth / run | heap held | informer / cached run | event-loop delay p99 (max) | overhead p50 | overhead p99 | API calls / run | replica CPU / run | fake + kubelet CPU / run | lost | seconds |');
+    say('|---|---|---|---|---|---|---|---|---|---|---|---|---|');
     for (const n of opts.levels) {
       const r = await level(n, `l${n}`);
       const row: InflightLevel = { ...r, rssPerRun: (r.rss - base.rss) / n };
       rows.push(row);
       say(
-        `| ${n} | ${MB(row.rss)} MB | ${KB(row.rssPerRun)} KB | ${MB(row.heap)} MB | ${KB(row.informerPerRun)} KB | ${ms(row.eldP99Ms)} ms (${ms(row.eldMaxMs)}) | ${ms(row.overheadP50)} ms | ${ms(row.overheadP99)} ms | ${row.callsPerRun.toFixed(2)} | ${ms(row.cpuMsPerRun)} ms | ${row.failed} | ${row.seconds.toFixed(1)} |`,
+        `| ${n} | ${MB(row.rss)} MB | ${KB(row.rssPerRun)} KB | ${MB(row.heap)} MB | ${KB(row.informerPerRun)} KB | ${ms(row.eldP99Ms)} ms (${ms(row.eldMaxMs)}) | ${ms(row.overheadP50)} ms | ${ms(row.overheadP99)} ms | ${row.callsPerRun.toFixed(2)} | ${ms(row.cpuMsPerRun)} ms | ${ms(row.fakeCpuMsPerRun)} ms | ${row.failed} | ${row.seconds.toFixed(1)} |`,
       );
       await new Promise((r) => setTimeout(r, 500));
     }

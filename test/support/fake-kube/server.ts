@@ -393,16 +393,22 @@ export class FakeKube {
     return `${ns ?? ''}/${name}`;
   }
 
-  private put(kind: Kind, obj: Omit<KObj, 'metadata'> & { metadata: Partial<KObj['metadata']> & { name: string } }, emit = true): KObj {
+  /**
+   * Stores an object (a new resourceVersion) and emits its event. Stored objects are never changed in
+   * place (readers get copies, `peek` is read-only), so the store, the watch history and the events
+   * share one copy. `owned`: `obj` is already a copy nobody else holds (e.g. from `findPod`).
+   */
+  private put(kind: Kind, obj: Omit<KObj, 'metadata'> & { metadata: Partial<KObj['metadata']> & { name: string } }, emit = true, owned = false): KObj {
     const map = this.store.get(kind)!;
     const k = this.key(obj.metadata.namespace, obj.metadata.name);
     const existing = map.get(k);
     this.rv++;
+    const copy = owned ? obj : clone(obj);
     const stored: KObj = {
       ...KIND_META[kind],
-      ...clone(obj),
+      ...copy,
       metadata: {
-        ...clone(obj.metadata),
+        ...copy.metadata,
         uid: existing?.metadata.uid ?? obj.metadata.uid ?? randomUUID(),
         creationTimestamp: existing?.metadata.creationTimestamp ?? obj.metadata.creationTimestamp ?? kubeTime(),
         resourceVersion: String(this.rv),
@@ -434,7 +440,7 @@ export class FakeKube {
   }
 
   private emit(kind: Kind, type: WatchEvent['type'], obj: KObj): void {
-    const ev: WatchEvent = { rv: this.rv, kind, type, obj: clone(obj) };
+    const ev: WatchEvent = { rv: this.rv, kind, type, obj };
     this.history.push(ev);
     if (this.history.length > 10_000) {
       this.history.splice(0, 5000);
@@ -652,7 +658,7 @@ export class FakeKube {
     const pod = this.findPod(name);
     mutate(pod);
     if (recompute) pod.status.phase = podPhase(pod);
-    const stored = this.put('pods', pod);
+    const stored = this.put('pods', pod, true, true);
     this.syncJob(stored);
     return stored;
   }
@@ -1075,10 +1081,13 @@ export class FakeKube {
     if (kind === 'leases' && !microTimesValid(body)) return this.json(res, 400, status(400, 'BadRequest', MICRO_TIME_ERROR));
     const name = body?.metadata?.name;
     if (!name) return this.json(res, 422, status(422, 'Invalid', 'metadata.name: Required value'));
-    if (this.get(kind, ns, name)) return this.json(res, 409, status(409, 'AlreadyExists', `${kind} "${name}" already exists`, { name, kind }));
+    if (this.store.get(kind)!.has(this.key(ns, name))) return this.json(res, 409, status(409, 'AlreadyExists', `${kind} "${name}" already exists`, { name, kind }));
     const obj = this.put(kind, { ...body, metadata: { ...body.metadata, namespace: ns } });
     this.json(res, 201, obj);
-    if (kind === 'jobs' && this.opts.jobCreatesPod !== false) setImmediate(() => this.get('jobs', ns, name) && this.createPodForJob(this.get('jobs', ns, name)!));
+    if (kind === 'jobs' && this.opts.jobCreatesPod !== false) setImmediate(() => {
+        const job = this.get('jobs', ns, name);
+        if (job) this.createPodForJob(job);
+      });
   }
 
   /** PUT: optimistic concurrency on `metadata.resourceVersion`; status and identity are the server's. */
