@@ -35,6 +35,7 @@ import https from 'node:https';
 import type { Writable } from 'node:stream';
 import { UnretryableError } from '../errors.ts';
 import { attachToContainer, type AttachSession } from './attach.ts';
+import { CallGate } from './call-gate.ts';
 import { execInContainer, ExecError, type ExecResult } from './exec.ts';
 import type { ListResult } from './informer.ts';
 
@@ -116,6 +117,8 @@ export class KubeApi {
   /** Deadline of one call (and of an exec's handshake), ms. */
   readonly requestTimeoutMs: number;
   private agent: http.Agent | null = null;
+  /** Calls at work at once: as many as the agent has sockets (call-gate.ts says why). */
+  readonly gate = new CallGate(MAX_API_SOCKETS);
 
   constructor(
     readonly kc: KubeConfig,
@@ -133,10 +136,11 @@ export class KubeApi {
    * Runs one generated-client call under the deadline: `fn` gets the per-call options that put the
    * abort signal (and the server-side `timeout`) on its request; the signal covers the body too.
    */
-  private async call<T>(op: string, fn: (o: ConfigurationOptions) => Promise<T>, absent?: { status: number; value: T }): Promise<T> {
+  private async call<T>(op: string, fn: (o: ConfigurationOptions) => Promise<T>, absent?: { status: number; value: T }, urgent = false): Promise<T> {
     const ms = this.requestTimeoutMs;
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(), ms);
+    let entered = false;
     const options: ConfigurationOptions = {
       middleware: [
         {
@@ -153,13 +157,17 @@ export class KubeApi {
       middlewareMergeStrategy: 'append',
     };
     try {
+      // The deadline runs from here, as it did when calls waited in the agent's queue instead.
+      await this.gate.enter(abort.signal, urgent);
+      entered = true;
       return await fn(options);
     } catch (err) {
       if (abort.signal.aborted) throw new KubeTimeoutError(`${op}: no answer from the Kubernetes API within ${ms} ms`, { cause: err });
       if (absent && httpStatusOf(err) === absent.status) return absent.value;
-      rethrow(op, err);
+      return rethrow(op, err);
     } finally {
       clearTimeout(timer);
+      if (entered) this.gate.leave();
     }
   }
 
@@ -347,20 +355,20 @@ export class KubeApi {
 
   /** Reads a Lease (leader election); `null` when absent. */
   getLease(namespace: string, name: string): Promise<V1Lease | null> {
-    return this.call('get lease', (o) => this.coordination.readNamespacedLease({ namespace, name }, o), { status: 404, value: null });
+    return this.call('get lease', (o) => this.coordination.readNamespacedLease({ namespace, name }, o), { status: 404, value: null }, true);
   }
 
   /** Creates a Lease; `null` when one of that name exists already (409). */
   createLease(lease: V1Lease): Promise<V1Lease | null> {
     const namespace = lease.metadata?.namespace ?? '';
-    return this.call('create lease', (o) => this.coordination.createNamespacedLease({ namespace, body: lease }, o), { status: 409, value: null });
+    return this.call('create lease', (o) => this.coordination.createNamespacedLease({ namespace, body: lease }, o), { status: 409, value: null }, true);
   }
 
   /** Replaces a Lease at the `resourceVersion` it carries; `null` when another writer changed it since (409). */
   replaceLease(lease: V1Lease): Promise<V1Lease | null> {
     const namespace = lease.metadata?.namespace ?? '';
     const name = lease.metadata?.name ?? '';
-    return this.call('replace lease', (o) => this.coordination.replaceNamespacedLease({ namespace, name, body: lease }, o), { status: 409, value: null });
+    return this.call('replace lease', (o) => this.coordination.replaceNamespacedLease({ namespace, name, body: lease }, o), { status: 409, value: null }, true);
   }
 
   /** Attaches to a running container's stdin/stdout (see attach.ts); a refused upgrade (4xx) is unretryable. */
