@@ -36,6 +36,7 @@ import type { Writable } from 'node:stream';
 import { UnretryableError } from '../errors.ts';
 import { attachToContainer, type AttachSession } from './attach.ts';
 import { CallGate } from './call-gate.ts';
+import { sendJson } from './send-json.ts';
 import { execInContainer, ExecError, type ExecResult } from './exec.ts';
 import type { ListResult } from './informer.ts';
 
@@ -136,7 +137,7 @@ export class KubeApi {
    * Runs one generated-client call under the deadline: `fn` gets the per-call options that put the
    * abort signal (and the server-side `timeout`) on its request; the signal covers the body too.
    */
-  private async call<T>(op: string, fn: (o: ConfigurationOptions) => Promise<T>, absent?: { status: number; value: T }, urgent = false): Promise<T> {
+  private async call<T>(op: string, fn: (o: ConfigurationOptions, signal: AbortSignal) => Promise<T>, absent?: { status: number; value: T }, urgent = false): Promise<T> {
     const ms = this.requestTimeoutMs;
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(), ms);
@@ -160,7 +161,7 @@ export class KubeApi {
       // The deadline runs from here, as it did when calls waited in the agent's queue instead.
       await this.gate.enter(abort.signal, urgent);
       entered = true;
-      return await fn(options);
+      return await fn(options, abort.signal);
     } catch (err) {
       if (abort.signal.aborted) throw new KubeTimeoutError(`${op}: no answer from the Kubernetes API within ${ms} ms`, { cause: err });
       if (absent && httpStatusOf(err) === absent.status) return absent.value;
@@ -180,14 +181,17 @@ export class KubeApi {
    */
   private sharedAgent(made: http.Agent): http.Agent {
     if (made.constructor !== https.Agent && made.constructor !== http.Agent) return made;
-    if (!this.agent) {
-      const options = (made as http.Agent & { options?: https.AgentOptions }).options ?? {};
-      const Agent = made.constructor === https.Agent ? https.Agent : http.Agent;
-      // An idle connection is closed after 4 s, before a server's idle timeout (Node's 5 s, the API
-      // server's longer) could close it under a request that reuses it.
-      this.agent = new Agent({ ...options, keepAlive: true, maxSockets: MAX_API_SOCKETS, maxFreeSockets: MAX_API_SOCKETS, timeout: 4_000 });
-    }
+    const agent = this.agentFor((made as http.Agent & { options?: https.AgentOptions }).options ?? {}, made.constructor === https.Agent);
     made.destroy();
+    return agent;
+  }
+
+  /** The shared agent, made from these TLS options if there is none yet. */
+  private agentFor(options: https.AgentOptions | https.RequestOptions, secure: boolean): http.Agent {
+    const { headers: _h, auth: _a, ...tls } = options as https.AgentOptions & { headers?: unknown; auth?: unknown };
+    // An idle connection is closed after 4 s, before a server's idle timeout (Node's 5 s, the API
+    // server's longer) could close it under a request that reuses it.
+    this.agent ??= new (secure ? https.Agent : http.Agent)({ ...tls, keepAlive: true, maxSockets: MAX_API_SOCKETS, maxFreeSockets: MAX_API_SOCKETS, timeout: 4_000 });
     return this.agent;
   }
 
@@ -262,17 +266,15 @@ export class KubeApi {
     }
   }
 
-  /** Creates a Secret; `false` when one of that name exists already (409). */
+  /** Creates a Secret; `false` if one of that name exists (409). Its answer is not read (send-json.ts), but through a proxy. */
   createSecret(secret: V1Secret): Promise<boolean> {
     const namespace = secret.metadata?.namespace ?? '';
-    return this.call(
-      'create secret',
-      async (o) => {
-        await this.core.createNamespacedSecret({ namespace, body: secret }, o);
-        return true;
-      },
-      { status: 409, value: false },
-    );
+    const query = { timeout: `${Math.max(1, Math.ceil(this.requestTimeoutMs / 1000))}s` };
+    const apiPath = `/api/v1/namespaces/${encodeURIComponent(namespace)}/secrets`;
+    const direct = !this.kc.getCurrentCluster()?.proxyUrl;
+    const send = (o: ConfigurationOptions, signal: AbortSignal) =>
+      direct ? sendJson(this.kc, (tls, secure) => this.agentFor(tls, secure), { method: 'POST', apiPath, query, body: secret, signal }) : this.core.createNamespacedSecret({ namespace, body: secret }, o);
+    return this.call('create secret', (o, signal) => send(o, signal).then(() => true), { status: 409, value: false });
   }
 
   /** Reads a Secret; `null` when absent. */
