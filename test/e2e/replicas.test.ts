@@ -14,6 +14,18 @@ import { E2ERelease, RELEASE_READY, sleep } from '../support/e2e-release.ts';
 type J = Record<string, any>;
 const TERMINAL = new Set(['succeeded', 'failed', 'cancelled', 'timeout']);
 const code = (tag: string) => `import json\nprint(${JSON.stringify(tag)})\njson.dump({"id": ${JSON.stringify(tag)}}, open("/output/result.json", "w"))\n`;
+/**
+ * The startup limit each run asks for (SPEC: 10–600 s, default 60). It bounds pod creation —
+ * scheduling, the gVisor sandbox's start, the runner's — up to the program's start. The burst puts
+ * 3 replicas × max_workers 8 = 24 run pods (plus the warm pool's refills) into start at once on one
+ * 2-core node that also carries the control plane and the three replicas: an idle node starts a
+ * gVisor run pod in about 3 s of mostly CPU, so the last of a wave of 24 waits its turn for roughly
+ * 24 × 3 s / 2 cores = 36 s even when nothing else runs; at the load averages of 16–23 seen during
+ * this burst the default 60 s failed runs with `startup_timeout`, which is the machine's size, not a
+ * fault of the service. 300 s leaves room for that and still ends a run whose pod never starts well
+ * within the test's own limits. The burst test logs the startups it measured.
+ */
+const STARTUP_TIMEOUT_S = 300;
 
 describe.skipIf(!RELEASE_READY)('three replicas on a real cluster (needs the chart test’s SANDPOD_E2E_* variables)', () => {
   const rel = RELEASE_READY ? new E2ERelease('spr') : (null as unknown as E2ERelease);
@@ -30,7 +42,7 @@ describe.skipIf(!RELEASE_READY)('three replicas on a real cluster (needs the cha
   async function submitAsync(tags: string[]): Promise<string[]> {
     return Promise.all(
       tags.map(async (tag) => {
-        const res = await rel.call('/execute/async', { method: 'POST', body: JSON.stringify({ code: code(tag), idempotency_key: tag }) });
+        const res = await rel.call('/execute/async', { method: 'POST', body: JSON.stringify({ code: code(tag), idempotency_key: tag, startup_timeout: STARTUP_TIMEOUT_S }) });
         const body = (await res.json()) as J;
         if (res.status !== 202) throw new Error(`${tag}: ${res.status} ${JSON.stringify(body)}`);
         return body.job_id as string;
@@ -125,7 +137,7 @@ describe.skipIf(!RELEASE_READY)('three replicas on a real cluster (needs the cha
     const syncTags = Array.from({ length: 20 }, (_, i) => `s-${rel.suffix}-${i}`);
     const sync = Promise.all(
       syncTags.map(async (tag) => {
-        const res = await rel.call('/execute', { method: 'POST', body: JSON.stringify({ code: code(tag) }), signal: AbortSignal.timeout(600_000) });
+        const res = await rel.call('/execute', { method: 'POST', body: JSON.stringify({ code: code(tag), startup_timeout: STARTUP_TIMEOUT_S }), signal: AbortSignal.timeout(600_000) });
         return { tag, status: res.status, body: (await res.json()) as J };
       }),
     );
@@ -133,6 +145,12 @@ describe.skipIf(!RELEASE_READY)('three replicas on a real cluster (needs the cha
     const answers = await sync;
     for (const a of answers) expect({ tag: a.tag, status: a.status, stdout: a.body.stdout, success: a.body.success }).toEqual({ tag: a.tag, status: 200, stdout: `${a.tag}\n`, success: true });
     await waitAll(ids, 900_000);
+    const startup = (await rel.query<{ ms: string }>("SELECT (timing->>'startup_ms') AS ms FROM executions WHERE idempotency_key = ANY($1::text[]) OR (stdout #>> '{}') = ANY($2::text[])", [asyncTags.concat(syncTags), syncTags.map((t) => `${t}\n`)]))
+      .map((r) => Number(r.ms))
+      .filter(Number.isFinite)
+      .sort((a, b) => a - b);
+    const at = (q: number) => startup[Math.min(startup.length - 1, Math.floor(q * startup.length))];
+    console.log(`startup_ms over ${startup.length} runs: p50 ${at(0.5)}, p90 ${at(0.9)}, p99 ${at(0.99)}, max ${startup.at(-1)}; load ${(await import('node:os')).loadavg().map((l) => l.toFixed(1)).join(' ')}`);
     await expectExactlyOnce([...asyncTags, ...syncTags]);
   }, 1_000_000);
 

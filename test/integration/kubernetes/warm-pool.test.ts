@@ -244,6 +244,22 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     expect(new Set(attached).size).toBe(2);
   });
 
+  it('cold_start attach: the hand-over waits for a runner slow to start as long as the run’s startup limit allows', async () => {
+    // On a loaded node `main`'s runner can start well after the collector took the program: the
+    // hand-over's own limit (here 500 ms, 30 s by default) must not fail the attempt before the
+    // run's startup limit does.
+    const rt = await startRuntime(fake, {
+      config: testConfig({ kubernetes: { executor_image: 'sandpod/executor:test', deadline_grace_seconds: 5, preflight: false, warm_pool_size: 0, cold_start: 'attach' } }),
+      options: { runnerSource, jobTypes: () => types, tuning: { podGoneGraceMs: 150, execTimeoutMs: 5000, informerBackoffInitialMs: 20, informerBackoffMaxMs: 200, healthCacheMs: 0, handOverTimeoutMs: 500 } },
+    });
+    runtimes.push(rt);
+    fake.mainStartDelayMs = 2000;
+    const raw = await rt.run(spec({ code: 'print("late runner")', startupTimeoutSec: 30 }));
+    expect(raw.observation).toMatchObject({ exitCode: 0, infraError: null });
+    expect(raw.stdout).toBe('late runner\n');
+    expect(raw.observation.startupMs).toBeGreaterThanOrEqual(1500);
+  });
+
   it('adoption after the handing process died: a pod that never got its program goes and the run starts again; a handed-over one is followed to its end', async () => {
     // What a process that died between creating an attach pod and handing the program over left:
     // the pod, waiting for a go line that will never come.

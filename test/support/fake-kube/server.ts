@@ -281,6 +281,8 @@ export class FakeKube {
    * its next status sync, up to a second later); attach reaches the running process meanwhile. 0: at once.
    */
   statusLagMs = 0;
+  /** Fault: `main`'s process in pods the fake runs starts this long after the collector's (a node slow to start it), ms. */
+  mainStartDelayMs = 0;
   /** Startup probe connections that succeeded (one per warm pod that became ready). */
   probeConnects = 0;
   /** Attaches refused because the container was not running (yet). */
@@ -1424,7 +1426,9 @@ export class FakeKube {
       return clean;
     };
     const env = { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: dirs['/tmp']!, TMPDIR: dirs['/tmp']!, LANG: 'C.UTF-8' };
-    const child = spawn('python3', argsOf(main.command, true), { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    // A slow start of main's runner (a loaded node): its process starts only after the delay.
+    const delay = this.mainStartDelayMs;
+    const child = delay > 0 ? spawn('sh', ['-c', `sleep ${delay / 1000}; exec python3 "$@"`, 'sh', ...argsOf(main.command, true)], { env, stdio: ['ignore', 'pipe', 'pipe'] }) : spawn('python3', argsOf(main.command, true), { env, stdio: ['ignore', 'pipe', 'pipe'] });
     const entry = { child, sinks: new Set<(b: Buffer) => void>(), attached: false };
     this.procs.set(podName, entry);
     this.startedPods.add(podName);

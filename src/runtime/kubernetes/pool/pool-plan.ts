@@ -235,11 +235,17 @@ export function coldAttachJob(spec: RunSpec, config: BuildJobConfig, opts: Omit<
       template: {
         ...job.spec!.template,
         metadata: { labels: { ...labels }, annotations: { ...annotations } },
-        // Its program comes as soon as the collector runs: no readiness to wait for (no probe, no ready port).
-        spec: { ...job.spec!.template.spec!, containers: job.spec!.template.spec!.containers.map(withoutReadiness) },
+        // Its program comes as soon as the collector runs: no readiness to wait for (no probe, no ready
+        // port); the collector waits for `main`'s runner up to the run's startup limit (not 60 s).
+        spec: { ...job.spec!.template.spec!, containers: job.spec!.template.spec!.containers.map((c) => withConnectTimeout(withoutReadiness(c), spec.startupTimeoutSec)) },
       },
     },
   };
+}
+
+/** The collector waits for `main`'s runner up to `sec` (deliver.py `--connect-timeout`). */
+function withConnectTimeout(c: V1Container, sec: number): V1Container {
+  return c.name === CONTAINERS.collector && sec > 0 ? { ...c, command: [...(c.command ?? []), '--connect-timeout', String(sec)] } : c;
 }
 
 /** A pool pod's container without what tells its readiness (the startup probe, `--ready-listen` and the pod IP variable). */

@@ -23,7 +23,12 @@ import { handOver } from './hand-over.ts';
 
 /** How often a cold attach run tries to attach before the kubelet reports the collector running, ms. */
 const EARLY_ATTACH_INTERVAL_MS = 40;
-/** How long a program may take to start once its payload was sent (the runner answers `execution`), ms. */
+/**
+ * How long a program may take to start once its payload was sent (the runner answers `execution`), ms.
+ * A warm pod's runner already listens, so this is about a broken pod. A cold attach pod's collector
+ * may get the payload while `main` is still starting: its hand-over may last until the run's startup
+ * limit instead (the controller ends the run with `startup_timeout` there).
+ */
 const HAND_OVER_TIMEOUT_MS = 30_000;
 
 /** What the attach paths need from the runtime. */
@@ -150,7 +155,7 @@ export class AttachedRuns {
     const waiting = awaitTracked(this.d.controller, key, tracked, options.signal);
     // Hand the program over as soon as the collector runs; the controller meanwhile watches for
     // startup failures (image errors, the startup timeout) and ends the run on its own.
-    void this.deliverWhenRunning(spec, options, key, owner.metadata?.uid ?? '', () => settled);
+    void this.deliverWhenRunning(spec, options, key, owner.metadata?.uid ?? '', startedAt, () => settled);
     return await waiting;
   }
 
@@ -191,13 +196,13 @@ export class AttachedRuns {
   }
 
   /** Hands the program to `podName`'s collector; the run's execution starts when the runner says so. */
-  private async deliver(key: string, podName: string, spec: RunSpec): Promise<void> {
+  private async deliver(key: string, podName: string, spec: RunSpec, startupEndsAt?: number): Promise<void> {
     const since = this.d.clock.now();
     // Signed now, for this run only: the pod was made before the run existed.
     const creds = await this.d.egress.forJob(spec);
     const session = await handOver(this.d.api, this.ns, podName, spec, {
       ...(creds ? { proxy: egressProxyUrlFor(spec, this.d.config, creds) } : {}),
-      timeoutMs: this.d.handOverTimeoutMs ?? HAND_OVER_TIMEOUT_MS,
+      timeoutMs: Math.max(this.d.handOverTimeoutMs ?? HAND_OVER_TIMEOUT_MS, (startupEndsAt ?? 0) - since),
       limits: defaultOutputLimits(spec.maxArtifactBytes, spec.maxStdoutBytes),
       onDone: (exitCode) => this.d.controller.done(key, exitCode, this.d.clock.now()),
       onOutputs: (output) => this.d.controller.outputs(key, output),
@@ -214,7 +219,7 @@ export class AttachedRuns {
    * running yet) opened no stream, so it leaves the `stdinOnce` stdin untouched and may be repeated;
    * once the status says running, a failure is final.
    */
-  private async deliverWhenRunning(spec: RunSpec, options: RunOptions, key: string, jobUid: string, settled: () => boolean): Promise<void> {
+  private async deliverWhenRunning(spec: RunSpec, options: RunOptions, key: string, jobUid: string, startedAt: number, settled: () => boolean): Promise<void> {
     const c = this.d.controller;
     let lastTry = Number.NEGATIVE_INFINITY;
     // Woken by any change of this run's pod, so the loop does not poll the pod cache.
@@ -235,7 +240,7 @@ export class AttachedRuns {
           lastTry = now;
           try {
             await assertHeld(options, 'handing the program over');
-            await this.deliver(key, pod!.metadata!.name!, spec);
+            await this.deliver(key, pod!.metadata!.name!, spec, startedAt + spec.startupTimeoutSec * 1000);
             return;
           } catch (err) {
             // Taken over before the hand-over: the Job stays for the new holder (it sees nothing was handed over).
@@ -244,7 +249,7 @@ export class AttachedRuns {
             if (!running && upgradeRefused(err) && !settled()) continue;
             // The program never reached the pod: the attempt fails (the service retries it) and its Job goes.
             this.d.log.warn({ execution_id: spec.executionId, err: String(err), next: afterHandOverFailure('cold-attach', 1) }, 'could not hand the program to the run pod');
-            c.untrack(key);
+            c.untrack(key, err instanceof Error ? err : new Error(String(err)));
             // By uid: the service's retry creates a Job of the same name, which this must never hit.
             await this.d.api.deleteJob(this.ns, jobNameFor(spec.executionId), jobUid || undefined).catch(() => undefined);
             return;

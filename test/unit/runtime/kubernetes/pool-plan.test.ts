@@ -193,6 +193,13 @@ describe('pool Job and claim', () => {
     expect(attachMain.command).not.toContain('--ready-listen');
     expect(attachMain.command!.slice(-2)).toEqual(['--go-port', String(GO_PORT)]);
     expect((attachMain.env ?? []).map((e) => e.name)).not.toContain(POD_IP_ENV);
+    // Its collector may have the program before main's runner listens: it waits for the runner up to
+    // the run's startup limit (deliver.py's own default, 60 s, failed cold starts on a loaded node).
+    const collectorOf = (j: ReturnType<typeof coldAttachJob>) => j.spec!.template.spec!.containers.find((c) => c.name === 'collector')!;
+    const slow = collectorOf(coldAttachJob({ ...run, startupTimeoutSec: 300 }, cfg, { runtimeClassName: 'gvisor', runnerSource: 'R', deliverSource: 'D', name: 'sp-e-1', graceSec: 5 })).command!;
+    expect(slow.slice(-2)).toEqual(['--connect-timeout', '300']);
+    // A pool pod's collector keeps the default: its runner listened before the pod counted ready.
+    expect(collectorOf(poolJob(jobType(), cfg, { runtimeClassName: 'gvisor', runnerSource: 'R', deliverSource: 'D', name: 'sp-w-1', maxIdleSec: 900 }).job).command).not.toContain('--connect-timeout');
   });
 
   it('a claim labels the Job, keeps its resourceVersion and sets a deadline counted from now', () => {
