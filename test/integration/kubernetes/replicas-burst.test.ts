@@ -151,6 +151,8 @@ describe('a burst through three service processes (fake API server, real runner,
       const syncMs = performance.now() - t0;
       const bad = answers.filter((a) => a.status !== 200 && !(a.status === 503 && a.retryAfter));
       expect(bad.map((a) => `${a.tag}: ${a.status} ${JSON.stringify(a.body)}`)).toEqual([]);
+      const failed = answers.filter((x) => x.status === 200 && x.body.success !== true);
+      if (failed.length > 0) console.log('sync runs that did not succeed:', JSON.stringify(failed.map((a) => ({ tag: a.tag, status: a.body.status, error: a.body.error, stderr: a.body.stderr }))));
       for (const a of answers.filter((x) => x.status === 200)) expect({ tag: a.tag, stdout: a.body.stdout, success: a.body.success }).toEqual({ tag: a.tag, stdout: `${a.tag}\n`, success: true });
       const served = answers.filter((a) => a.status === 200).map((a) => a.tag);
 
