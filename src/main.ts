@@ -32,6 +32,7 @@ import type { Runtime } from './runtime/runtime.ts';
 import { createDb, DatabaseConnectError, type Db } from './store/database.ts';
 import { startTracing } from './tracing/setup.ts';
 import { liveIds } from './store/executions.repository.ts';
+import { liveSessionIds } from './store/sessions.repository.ts';
 import { migrateToLatest } from './store/migrate.ts';
 import { createWebhooks, type WebhookDelivery } from './webhooks/index.ts';
 import type { WebhookDeliveryOptions } from './webhooks/deliver.ts';
@@ -110,7 +111,7 @@ export async function createService(config: Config, o: ServiceOverrides = {}): P
     ...(o.sleep ? { sleep: o.sleep } : {}),
   });
   const baseRegistry: JobTypeRegistry = o.registry ?? (await createJobTypeRegistry(config, { logger }));
-  const hooks = { liveExecutionIds: (ids: string[]) => liveIds(db.kysely, ids) };
+  const hooks = { liveExecutionIds: (ids: string[]) => liveIds(db.kysely, ids), liveSessionIds: (ids: string[]) => liveSessionIds(db.kysely, ids) };
   let realRuntime: Runtime | null = null;
   // The warm pool follows the job types as runs see them (with their builds), known once `builds` exists.
   let currentTypes: JobTypeRegistry = baseRegistry;

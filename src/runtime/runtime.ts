@@ -222,6 +222,8 @@ export async function assertHeld(options: RunOptions, what: string): Promise<voi
 export interface RuntimeHooks {
   /** Of the given execution ids, those whose record exists and is not terminal. */
   liveExecutionIds(ids: string[]): Promise<Set<string>>;
+  /** Of the given session ids, those whose session exists and has not ended (a cluster's session pods). */
+  liveSessionIds?(ids: string[]): Promise<Set<string>>;
 }
 
 /** A runtime: runs sandboxes and says how healthy it is. */

@@ -86,3 +86,10 @@ export async function releaseSessions(db: Q, owner: string): Promise<number> {
   const r = await db.updateTable('sessions').set({ owner: RELEASED_OWNER }).where('owner', '=', owner).where('status', '<>', 'ended').executeTakeFirst();
   return Number(r.numUpdatedRows);
 }
+
+/** Of `ids`, the sessions that exist and have not ended. */
+export async function liveSessionIds(db: Q, ids: string[]): Promise<Set<string>> {
+  if (ids.length === 0) return new Set();
+  const rows = await db.selectFrom('sessions').select('id').where('id', 'in', ids).where('status', '<>', 'ended').execute();
+  return new Set(rows.map((r) => r.id));
+}

@@ -10,6 +10,7 @@
  * queue retries its own calls with backoff, outside the breaker.
  */
 import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { systemClock, type Clock } from '../../clock.ts';
 import type { Config } from '../../config.ts';
@@ -17,7 +18,6 @@ import { KubeApi, defaultKubeConfig } from '../../kube/index.ts';
 import { silentLogger, type Logger } from '../../logger.ts';
 import { DELIVER_PATH, RUNNER_PATH, SESSION_COLLECTOR_PATH } from '../../sandbox/paths.ts';
 import { baseObservation, emptyRun } from '../run-output.ts';
-import path from 'node:path';
 import { patchJobTypeStatus } from '../../jobtypes/kubernetes-registry.ts';
 import { KubernetesBuilder } from './builds/builder.ts';
 import { assertHeld, type Builder, type LeadershipStatus, type WarmPoolStats, type RawRun, type RunOptions, type RunSpec, type Runtime, type RuntimeHealth, type RuntimeHooks, type SessionOpenOptions, type SessionSandbox } from '../runtime.ts';
@@ -373,9 +373,7 @@ class KubernetesRuntime implements Runtime {
     return this.started ? this.sessions.open(jobType, o) : Promise.reject(new Error('kubernetes runtime: start() was not called'));
   }
   /** The live pod of a session another process held (a restarted replica), or null. */
-  adoptSession(sessionId: string): Promise<SessionSandbox | null> {
-    return this.sessions.adopt(sessionId);
-  }
+  adoptSession = (sessionId: string): Promise<SessionSandbox | null> => this.sessions.adopt(sessionId);
 
   /** The runner text, read once. */
   private runner(): string {
@@ -389,9 +387,10 @@ class KubernetesRuntime implements Runtime {
     return this.deliverSource;
   }
 
-  /** Deletes Jobs of this instance whose execution is terminal or unknown (SPEC §1.12). */
+  /** Deletes Jobs of this instance whose execution is terminal or unknown (SPEC §1.12), and those of ended sessions. */
   private async collectGarbage(): Promise<void> {
     if (this.options.hooks) await collectGarbage(this.api, this.ns, this.controller.jobs.list(), this.options.hooks, this.log);
+    if (this.options.hooks?.liveSessionIds) await this.sessions.collectGarbage(this.controller.jobs.list(), this.options.hooks.liveSessionIds);
   }
 }
 

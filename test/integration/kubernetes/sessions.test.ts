@@ -209,6 +209,18 @@ describe('sessions on the Kubernetes runtime (fake API server, real runner and c
     await fake.waitFor(() => !podOf(s.session_id), 5000, 'session pod gone');
   }, 60_000);
 
+  it("the leader's sweep deletes the Job of an ended session whose delete failed", async () => {
+    const s = await create();
+    const job = podOf(s.session_id)!.metadata.ownerReferences![0]!.name;
+    fake.failNext(new RegExp(`/jobs/${job}$`), 500, 1, 'DELETE');
+    expect(await json(await close(s.session_id))).toMatchObject({ status: 'ended', end_reason: 'closed' });
+    expect(fake.list('jobs', NS).some((j) => j.metadata.name === job)).toBe(true);
+    await svc.close();
+    // A replica that starts leading sweeps at once.
+    svc = await startTestService(CONFIG, {}, database);
+    await fake.waitFor(() => !fake.list('jobs', NS).some((j) => j.metadata.name === job), 10_000, 'the ended session Job swept');
+  }, 60_000);
+
   it('a session whose pod is gone when adopted ends crashed', async () => {
     const s = await create();
     const pod = podOf(s.session_id)!.metadata.name;

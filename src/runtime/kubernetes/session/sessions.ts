@@ -5,7 +5,7 @@
  * (by its session-id label) and attaches to it again.
  */
 import { randomUUID } from 'node:crypto';
-import type { V1Pod } from '@kubernetes/client-node';
+import type { V1Job, V1Pod } from '@kubernetes/client-node';
 import type { Clock } from '../../../clock.ts';
 import type { Config } from '../../../config.ts';
 import type { JobType } from '../../../jobtypes/job-type.ts';
@@ -111,6 +111,30 @@ export class KubeSessions {
       }
     } finally {
       off();
+    }
+  }
+
+  /**
+   * The leader's sweep: deletes the session Jobs (of this instance, as listed) whose session has ended
+   * or is unknown. The holder deletes its session's Job when the session ends; this catches a delete
+   * that failed, or a holder that died with nobody left to adopt (the Job's deadline is the backstop).
+   */
+  async collectGarbage(jobs: readonly V1Job[], liveSessionIds: (ids: string[]) => Promise<Set<string>>): Promise<void> {
+    const byId = new Map<string, string>();
+    for (const j of jobs) {
+      const id = j.metadata?.labels?.[SESSION_LABELS.sessionId];
+      if (id && j.metadata?.name && !j.metadata.deletionTimestamp) byId.set(id, j.metadata.name);
+    }
+    if (byId.size === 0) return;
+    const live = await liveSessionIds([...byId.keys()]);
+    for (const [id, name] of byId) {
+      if (live.has(id)) continue;
+      try {
+        await this.d.api.deleteJob(this.ns, name);
+        this.d.log.info({ session_id: id, job: name }, 'deleted the Job of an ended session');
+      } catch (err) {
+        this.d.log.warn({ session_id: id, job: name, err: String(err) }, 'could not delete the Job of an ended session');
+      }
     }
   }
 
