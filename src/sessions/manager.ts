@@ -19,7 +19,7 @@ import type { Logger } from '../logger.ts';
 import { runEnv, SessionDependencyError, type Runtime, type SessionFiles, type SessionSandbox } from '../runtime/runtime.ts';
 import { hostWorkspaceFiles } from './files.ts';
 import type { Db, ExecutionRow, SessionRow } from '../store/database.ts';
-import { claimSession, endSession, getSession, heartbeatSessions, insertSessionAdmitted, listSessions, liveSessions, RELEASED_OWNER, releaseSessions, updateLiveSession } from '../store/sessions.repository.ts';
+import { claimSession, endSession, getSession, heartbeatSessions, insertSessionAdmitted, listSessions, liveSessions, RELEASED_OWNER, releaseSession, releaseSessions, requestHandoff, updateLiveSession } from '../store/sessions.repository.ts';
 import { SessionStreams } from './event-stream.ts';
 import { admitSession, afterCell, decideExpiry, decideOrphanAction, sessionSettings, type EndReason, type SessionStatus } from './decide.ts';
 
@@ -63,11 +63,18 @@ interface Live {
   cells: number;
   running: string | null;
   closing: boolean;
+  /** File operations in flight (a hand-over waits for none). */
+  ops: number;
 }
+
+/** How long a request waits for another replica to hand a session over, ms. */
+const HANDOFF_WAIT_MS = 10_000;
 
 /** The sessions this process holds. */
 export class SessionManager {
   private readonly live = new Map<string, Live>();
+  /** Adoptions in progress, by session id (the sweep and a request may both want one). */
+  private readonly adopting = new Map<string, Promise<void>>();
   private timer: NodeJS.Timeout | null = null;
   private admission: Promise<unknown> = Promise.resolve();
   private readonly sweepMs: number;
@@ -172,7 +179,7 @@ export class SessionManager {
 
   /** Holds a session's sandbox here; its end (crash, OOM) between cells ends the session. */
   private hold(id: string, sandbox: SessionSandbox, requirements: string[], cells: number): Live {
-    const live: Live = { sandbox, requirements, cells, running: null, closing: false };
+    const live: Live = { sandbox, requirements, cells, running: null, closing: false, ops: 0 };
     this.live.set(id, live);
     sandbox.onEnd((e) => {
       if (!live.closing && !live.running) void this.finish(id, e.reason === 'oom' ? 'oom' : 'crashed');
@@ -185,7 +192,15 @@ export class SessionManager {
    * the database first (one process wins), then reached again through the runtime. A sandbox that is
    * gone ends the session `crashed`.
    */
-  private async adopt(r: SessionRow, now: Date): Promise<void> {
+  private adopt(r: SessionRow, now: Date): Promise<void> {
+    const inFlight = this.adopting.get(r.id);
+    if (inFlight) return inFlight;
+    const p = this.adoptNow(r, now).finally(() => this.adopting.delete(r.id));
+    this.adopting.set(r.id, p);
+    return p;
+  }
+
+  private async adoptNow(r: SessionRow, now: Date): Promise<void> {
     const db = this.o.db.kysely;
     if (!(await claimSession(db, r.id, r.owner, this.o.executions.workerId, now))) return;
     let sandbox: SessionSandbox | null = null;
@@ -223,18 +238,54 @@ export class SessionManager {
     return listSessions(this.o.db.kysely, f);
   }
 
-  /** The live session's sandbox here, or the 404/409 that says why there is none. */
+  /**
+   * The live session's sandbox here, or the 404/409 that says why there is none. Where sandboxes
+   * outlive their holder (a cluster's pods), a session another replica holds is asked for and
+   * adopted once that replica lets it go between cells (`handoff_to`; at most HANDOFF_WAIT_MS).
+   */
   async held(id: string): Promise<{ live: Live; row: SessionRow }> {
-    const row = await this.get(id);
-    const live = this.live.get(id);
+    let row = await this.get(id);
+    let live = this.live.get(id);
+    if (!live && row.status !== 'ended' && this.o.runtime.adoptSession) {
+      live = await this.takeOver(row);
+      row = await this.get(id);
+    }
     if (row.status === 'ended') throw new AppError('conflict', `session '${id}' has ended (${row.end_reason})`, { status: row.status, end_reason: row.end_reason });
-    if (!live) throw new AppError('conflict', `session '${id}' is held by another process of the service (${row.owner})`);
+    if (!live || live.closing) throw new AppError('conflict', `session '${id}' is held by another process of the service (${row.owner})`);
     return { live, row };
+  }
+
+  /** Asks the holder of a session for it and adopts it once released; undefined when that did not happen in time. */
+  private async takeOver(row: SessionRow): Promise<Live | undefined> {
+    const db = this.o.db.kysely;
+    const me = this.o.executions.workerId;
+    if (row.owner !== RELEASED_OWNER && row.owner !== me) await requestHandoff(db, row.id, row.owner, me);
+    for (const until = Date.now() + HANDOFF_WAIT_MS; Date.now() < until; ) {
+      const r = await getSession(db, row.id);
+      if (!r || r.status === 'ended') return undefined;
+      if (r.owner === RELEASED_OWNER) await this.adopt(r, this.now());
+      else await this.adopting.get(r.id);
+      const live = this.live.get(row.id);
+      if (live) return live;
+      await new Promise((res) => setTimeout(res, 100));
+    }
+    return undefined;
+  }
+
+  /** Lets a session go to the replica that asked for it (between cells, no file operation in flight). */
+  private async handOff(id: string, live: Live): Promise<void> {
+    if (live.running || live.closing || live.ops > 0) return;
+    live.closing = true;
+    this.live.delete(id);
+    live.sandbox.release?.();
+    await releaseSession(this.o.db.kysely, id, this.o.executions.workerId);
+    this.o.logger.info({ session_id: id }, 'session handed over to another replica');
   }
 
   /** Runs one cell (409 with the running cell's id while another runs). */
   async execute(id: string, req: CellRequest, meta: RequestMeta): Promise<{ record: ExecutionRow; cell: number }> {
     const { live, row } = await this.held(id);
+    if (live.closing) throw new AppError('conflict', `session '${id}' moved to another process of the service; try again`);
     if (live.running) throw new AppError('conflict', `session '${id}' is running cell ${live.cells} (${live.running}); one cell at a time`, { running_cell_id: live.running });
     const { config, registry, executions, db } = this.o;
     const cellNo = live.cells + 1;
@@ -282,7 +333,7 @@ export class SessionManager {
   async close(id: string): Promise<SessionRow> {
     const row = await this.get(id);
     if (row.status === 'ended') return row;
-    if (!this.live.has(id)) throw new AppError('conflict', `session '${id}' is held by another process of the service (${row.owner})`);
+    if (!this.live.has(id)) await this.held(id);
     await this.finish(id, 'closed');
     return this.get(id);
   }
@@ -311,7 +362,9 @@ export class SessionManager {
     const owners = [...new Set(rows.filter((r) => !this.live.has(r.id) && r.owner !== this.o.executions.workerId).map((r) => r.owner))];
     const alive = await liveLeases(db, owners);
     for (const r of rows) {
+      if (this.live.has(r.id) && r.handoff_to && r.handoff_to !== this.o.executions.workerId) await this.handOff(r.id, this.live.get(r.id)!);
       const mine = this.live.has(r.id);
+      if (!mine && r.owner === this.o.executions.workerId) continue;
       const clock = { status: r.status as SessionStatus, createdAt: new Date(r.created_at).getTime(), lastUsedAt: new Date(r.last_used_at).getTime(), idleTimeoutS: r.idle_timeout_s, maxLifetimeS: r.max_lifetime_s };
       const expired = decideExpiry(clock, now);
       if (mine && expired) await this.finish(r.id, expired);
@@ -327,8 +380,17 @@ export class SessionManager {
   /** The files of a live session's `/workspace` (files API): on this host, or through the runtime. */
   async files(id: string): Promise<SessionFiles> {
     const { live } = await this.held(id);
-    if (live.sandbox.files) return live.sandbox.files;
-    if (!live.sandbox.workspaceDir) throw new AppError('not_implemented', 'this runtime has no session files API');
-    return hostWorkspaceFiles(live.sandbox.workspaceDir);
+    const files = live.sandbox.files ?? (live.sandbox.workspaceDir ? hostWorkspaceFiles(live.sandbox.workspaceDir) : null);
+    if (!files) throw new AppError('not_implemented', 'this runtime has no session files API');
+    // Counted while in flight: a hand-over to another replica waits for them.
+    const counted = <A extends unknown[], R>(f: (...a: A) => Promise<R>) => async (...a: A): Promise<R> => {
+      live.ops++;
+      try {
+        return await f(...a);
+      } finally {
+        live.ops--;
+      }
+    };
+    return { list: counted(files.list), read: counted(files.read), write: counted(files.write), remove: counted(files.remove) };
   }
 }

@@ -15,6 +15,7 @@ import * as m0009 from './migrations/0009_input_files.ts';
 import * as m0010 from './migrations/0010_sessions.ts';
 import * as m0011 from './migrations/0011_holder_leases.ts';
 import * as m0012 from './migrations/0012_session_adoption.ts';
+import * as m0013 from './migrations/0013_session_handoff.ts';
 
 /** Static provider: migrations are imported, so bundling and tsx both find them. */
 const provider: MigrationProvider = {
@@ -32,6 +33,7 @@ const provider: MigrationProvider = {
       '0010_sessions': m0010,
       '0011_holder_leases': m0011,
       '0012_session_adoption': m0012,
+      '0013_session_handoff': m0013,
     };
   },
 };

@@ -78,7 +78,7 @@ export const RELEASED_OWNER = '';
  * returns the row when this call took it (of two processes trying, one gets it).
  */
 export async function claimSession(db: Q, id: string, from: string, to: string, now: Date): Promise<SessionRow | undefined> {
-  return db.updateTable('sessions').set({ owner: to, heartbeat_at: now }).where('id', '=', id).where('owner', '=', from).where('status', '<>', 'ended').returningAll().executeTakeFirst();
+  return db.updateTable('sessions').set({ owner: to, heartbeat_at: now, handoff_to: null }).where('id', '=', id).where('owner', '=', from).where('status', '<>', 'ended').returningAll().executeTakeFirst();
 }
 
 /** Lets go of this owner's live sessions (a graceful stop whose sandboxes live on): another process adopts them. */
@@ -92,4 +92,14 @@ export async function liveSessionIds(db: Q, ids: string[]): Promise<Set<string>>
   if (ids.length === 0) return new Set();
   const rows = await db.selectFrom('sessions').select('id').where('id', 'in', ids).where('status', '<>', 'ended').execute();
   return new Set(rows.map((r) => r.id));
+}
+
+/** Asks `from`, the live holder of a session, to let it go for `to` (it does so between cells). */
+export async function requestHandoff(db: Q, id: string, from: string, to: string): Promise<void> {
+  await db.updateTable('sessions').set({ handoff_to: to }).where('id', '=', id).where('owner', '=', from).where('status', '<>', 'ended').execute();
+}
+
+/** The holder lets one session go after a hand-over request: released for the asker to adopt. */
+export async function releaseSession(db: Q, id: string, owner: string): Promise<void> {
+  await db.updateTable('sessions').set({ owner: RELEASED_OWNER, handoff_to: null }).where('id', '=', id).where('owner', '=', owner).where('status', '<>', 'ended').execute();
 }

@@ -193,6 +193,8 @@ export interface SessionsTable {
   correlation_id: string | null;
   /** The session's own requirements as a JSON array (a process that adopts the session needs them); null on older rows. */
   requirements: string | null;
+  /** A live replica that asked the holder to let the session go (Kubernetes hand-over); null otherwise. */
+  handoff_to: string | null;
 }
 
 /** A holder's liveness lease (src/queue/leases.ts): renewed on the database's clock. */
