@@ -12,7 +12,9 @@ Standard library only; shipped as `python3 -c <this file>` in the pod's command,
 
 CLI
     python3 session-collector.py --go-port PORT [--code-dir /code] [--input /input/data.json]
-        [--output /output] [--workspace /workspace] [--connect-timeout 120]
+        [--output /output] [--workspace /workspace] [--connect-timeout 300]
+    (--connect-timeout: how long main's runner may take to listen, s; as long as a session's start
+    may take, since a loaded node can start main well after the collector.)
 
 Requests (stdin, attached by the service; `stdin` without `stdinOnce`, so a restarted service can
 attach again and go on): one JSON object per line, bytes as base64. A line cut off by a service that
@@ -68,7 +70,7 @@ def answer(obj):
 
 def parse_args(argv):
     opts = {'--go-port': None, '--code-dir': '/code', '--input': '/input/data.json', '--output': '/output',
-            '--workspace': '/workspace', '--connect-timeout': '120'}
+            '--workspace': '/workspace', '--connect-timeout': '300'}
     for i in range(0, len(argv) - 1, 2):
         if argv[i] not in opts:
             sys.exit('session-collector: bad argument %s' % argv[i])
