@@ -284,7 +284,15 @@ export class Running {
       const last = res.lastFailure === undefined ? '' : `; the last attempt failed: ${errorMessage(res.lastFailure)}`;
       return { kind: 'internal', type: 'service_unavailable', message: `${res.error.message}${last}`, attempts: res.attempts };
     }
-    if (res.error instanceof RunGoneError) return { kind: 'gone' };
+    if (res.error instanceof RunGoneError) {
+      // Adopted, and nothing of the program ran (it never reached a pod): started afresh here. A sync
+      // run's client waits on another replica, which cannot start it again itself.
+      if (adopt && res.error.neverStarted) {
+        log.warn({ err: errorMessage(res.error) }, 'adopted run never started; starting it afresh');
+        return this.runGuarded(row, files, signal, false, log, events, progress, traceparent, runner);
+      }
+      return { kind: 'gone' };
+    }
     if (res.error instanceof FencedError) return { kind: 'fenced' };
     log.error({ err: res.error, attempts: res.attempts }, 'engine failed');
     return {
@@ -383,7 +391,7 @@ export class Running {
     if (row.mode === 'async' && (row.phase === 'startup' || row.phase === null)) return this.requeue(row, 'crash', 'its process died before user code started');
     return this.finalize(
       row,
-      { kind: 'internal', type: 'internal_error', message: 'the service stopped while this job was running (user code had started); it was not re-run', attempts: row.attempts },
+      { kind: 'internal', type: 'internal_error', message: 'the service stopped while this job was running (user code may have started); it was not re-run', attempts: row.attempts },
       log,
     );
   }

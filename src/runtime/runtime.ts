@@ -204,6 +204,10 @@ export interface RunOptions {
 /** Thrown by `run(..., { adopt: true })` when there is nothing to re-attach to. */
 export class RunGoneError extends Error {
   override readonly name = 'RunGoneError';
+  /** `neverStarted`: the runtime knows no program of the run started (none reached a sandbox), so it may start afresh. */
+  constructor(message: string, readonly neverStarted = false) {
+    super(message);
+  }
 }
 
 /** The run was taken over by another process: this attempt stopped without starting or settling anything. */

@@ -246,6 +246,45 @@ describe('a burst through three service processes (fake API server, real runner,
     // The program ran once.
     expect(readFileSync(ledger, 'utf8').split('\n').filter((l) => l === 'stall')).toHaveLength(1);
   }, 120_000);
+  it('a sync run whose replica stalls before its program reached a pod is started afresh by the replica that took it over', async () => {
+    // Seen on kcluster at load 60: a starved replica's sync run, still in startup (its cold attach pod
+    // had not got the program), was taken over; the adopter removed that pod (nothing ran) and failed
+    // the run, although it could start it again without running anything twice.
+    const a = replicas[2]!;
+    const sync = (code: string) =>
+      fetch(`${a.url}/execute`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ code }), signal: AbortSignal.timeout(110_000) }).then(async (res) => ({ status: res.status, body: (await res.json()) as J }));
+    // Pods made from now on start their runner late; the two ready pool pods are used up first, so the
+    // run below misses the pool and gets a cold attach pod whose runner is not listening yet.
+    fake.mainStartDelayMs = 120_000;
+    try {
+      for (const r of await Promise.all([sync('print("w1")'), sync('print("w2")')])) expect(r.status).toBe(200);
+      const answer = sync('print("fresh")');
+      const db = new pg.Client({ connectionString: procs.db().url! });
+      await db.connect();
+      try {
+        const row = async () => (await db.query<{ id: string; claimed_by: string | null; status: string }>(`SELECT id, claimed_by, status FROM executions WHERE code LIKE '%"fresh"%'`)).rows[0];
+        const until = async (what: string, ok: () => Promise<boolean>, ms: number) => {
+          for (const end = Date.now() + ms; !(await ok()); await new Promise((r) => setTimeout(r, 100))) if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+        };
+        await until('the run to be held', async () => !!(await row())?.claimed_by, 20_000);
+        const { id, claimed_by: holderA } = (await row())!;
+        await until('its cold attach pod', async () => fake.list('pods', NS).some((p) => p.metadata.labels?.['sandpod.io/execution-id'] === id && !p.metadata.deletionTimestamp), 20_000);
+        a.child.kill('SIGSTOP');
+        try {
+          await until('another replica to take the run over', async () => (await row())!.claimed_by !== holderA, 30_000);
+          fake.mainStartDelayMs = 0;
+        } finally {
+          a.child.kill('SIGCONT');
+        }
+        const res = await answer;
+        expect({ status: res.status, stdout: res.body.stdout, success: res.body.success, error: res.body.error }).toEqual({ status: 200, stdout: 'fresh\n', success: true, error: null });
+      } finally {
+        await db.end();
+      }
+    } finally {
+      fake.mainStartDelayMs = 0;
+    }
+  }, 120_000);
   it('SIGUSR2 (the chart\'s preStop hook) hands the leader Lease over at once; the replica goes on serving', async () => {
     let leaders: boolean[] = [];
     for (let i = 0; i < 100; i++) {

@@ -56,7 +56,7 @@ export async function earlierJob(d: EarlierJobDeps, executionId: string, key: st
     const name = job.metadata?.name ?? jobName;
     await d.api.deleteJob(d.ns, name, job.metadata?.uid).catch(() => undefined);
     const why = `the program of execution ${executionId} never reached the pod of Job ${name}`;
-    if (adopt) throw new RunGoneError(why);
+    if (adopt) throw new RunGoneError(why, true);
     // Its name is the one this attempt creates (a cold Job): go on once it is gone from the API server.
     if (!(await jobGone(d.api, d.ns, name, job.metadata?.uid))) throw new Error(`${why}; it is being removed, retry`);
     d.log.info({ execution_id: executionId, job: name }, 'removed a Job of this execution whose program never reached its pod; starting afresh');
