@@ -202,14 +202,13 @@ export class KubeApi {
   }
 
   /**
-   * Replaces a Job (an update carrying the `resourceVersion` it was read at): `null` when another
-   * writer changed it since (409 Conflict, optimistic concurrency) or it is gone (404).
+   * Applies a JSON patch (RFC 6902) to a Job that sets `metadata.resourceVersion` to the version it was
+   * read at (the API server's precondition): `null` when another writer changed it since (409
+   * Conflict) or it is gone (404).
    */
-  async replaceJob(job: V1Job): Promise<V1Job | null> {
-    const namespace = job.metadata?.namespace ?? '';
-    const name = job.metadata?.name ?? '';
+  async patchJobIfUnchanged(namespace: string, name: string, ops: object[]): Promise<V1Job | null> {
     try {
-      return await this.call('replace job', (o) => this.batch.replaceNamespacedJob({ namespace, name, body: job }, o), { status: 409, value: null });
+      return await this.call('patch job', (o) => this.batch.patchNamespacedJob({ namespace, name, body: ops }, o), { status: 409, value: null });
     } catch (err) {
       if (httpStatusOf((err as { cause?: unknown }).cause ?? err) === 404 || /HTTP 404/.test(String(err))) return null;
       throw err;

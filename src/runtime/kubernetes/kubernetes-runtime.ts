@@ -79,6 +79,8 @@ export interface KubernetesRuntimeOptions {
     sweepIntervalMs?: number;
     /** How often the warm pool is reconciled without an event, ms. */
     poolIntervalMs?: number;
+    /** How long a claimed pool pod's refill may wait for its run, ms (pool.ts REFILL_DELAY_MS). */
+    poolRefillDelayMs?: number;
     /** How long a program may take to start once handed to an attach pod, ms (runs/attached.ts). */
     handOverTimeoutMs?: number;
   };
@@ -230,6 +232,7 @@ class KubernetesRuntime implements Runtime {
         deliverSource: () => this.deliver(),
         leading: () => this.leader?.leading ?? true,
         ...(this.options.tuning?.poolIntervalMs !== undefined ? { intervalMs: this.options.tuning.poolIntervalMs } : {}),
+        ...(this.options.tuning?.poolRefillDelayMs !== undefined ? { refillDelayMs: this.options.tuning.poolRefillDelayMs } : {}),
       });
       this.pool.start();
     }

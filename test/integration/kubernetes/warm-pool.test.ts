@@ -1,7 +1,8 @@
 /**
  * The cluster warm pool against the fake API server, whose warm pods run the real runner (in
  * `--wait` mode, fed through attach): pool fill, claims with labels on Job and pod, delivery of
- * code and input, `done` ending the run, never-reuse, claim races between two runtime instances,
+ * code and input, `done` ending the run, the refill waiting for the run, never-reuse, claim races
+ * between two runtime instances,
  * adoption after a restart, the pool following JobType changes, and the timeout counted from delivery.
  */
 import { readFileSync } from 'node:fs';
@@ -20,10 +21,10 @@ let fake: FakeKube;
 const runtimes: Runtime[] = [];
 let types: JobType[];
 
-async function start(over: Record<string, unknown> = {}): Promise<Runtime> {
+async function start(over: Record<string, unknown> = {}, tuning: { poolRefillDelayMs?: number } = {}): Promise<Runtime> {
   const rt = await startRuntime(fake, {
     config: testConfig({ kubernetes: { executor_image: 'sandpod/executor:test', deadline_grace_seconds: 5, preflight: false, warm_pool_size: 2, ...over } }),
-    options: { runnerSource, jobTypes: () => types, tuning: { podGoneGraceMs: 150, execTimeoutMs: 5000, informerBackoffInitialMs: 20, informerBackoffMaxMs: 200, healthCacheMs: 0, poolIntervalMs: 50 } },
+    options: { runnerSource, jobTypes: () => types, tuning: { podGoneGraceMs: 150, execTimeoutMs: 5000, informerBackoffInitialMs: 20, informerBackoffMaxMs: 200, healthCacheMs: 0, poolIntervalMs: 50, ...tuning } },
   });
   runtimes.push(rt);
   return rt;
@@ -102,6 +103,22 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     expect(new Set(claimedPods.map((p) => p.metadata.name)).size).toBe(claimedPods.length);
   });
 
+  it("a claimed pod's refill waits for its run while another pod is ready, and starts when the run ends", async () => {
+    const rt = await start({}, { poolRefillDelayMs: 60_000 });
+    await fake.waitFor(() => readyIdle().length === 2, 5000, 'two ready pool pods');
+    const names = () => new Set(poolJobs().map((j) => j.metadata.name));
+    const before = names();
+    const running = rt.run(spec({ code: 'import time\ntime.sleep(1.5)\nprint(1)' }));
+    await fake.waitFor(() => poolJobs().some((j) => j.metadata.labels?.[LABELS.executionId]), 5000, 'claimed');
+    // While the run goes on (the pool reconciles every 50 ms meanwhile), no new pool Job.
+    await new Promise((r) => setTimeout(r, 1000));
+    expect([...names()].filter((n) => !before.has(n))).toEqual([]);
+    const raw = await running;
+    expect(raw.stdout).toBe('1\n');
+    // Its end lets the refill go at once, long before the 60 s limit.
+    await fake.waitFor(() => [...names()].some((n) => !before.has(n)), 5000, 'refill after the run');
+  });
+
   it('two runtime instances on one fake never claim the same pod', async () => {
     // One pool (one instance label) kept by both: eight pods for six runs. Both may briefly make more
     // than eight and trim the excess; a claim that meets a pod being trimmed moves on, and one that
@@ -127,8 +144,8 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     expect(hits + stats.reduce((n, x) => n + x.misses, 0)).toBe(6);
     expect(hits).toBeGreaterThanOrEqual(3);
     // Both take the oldest ready pod first: some claims lost the race (409) and went on to the next.
-    const puts = fake.requests.filter((r) => r.method === 'PUT').length;
-    expect(puts).toBeGreaterThan(hits);
+    const claims = fake.requests.filter((r) => r.method === 'PATCH' && r.path.includes('/jobs/')).length;
+    expect(claims).toBeGreaterThan(hits);
   });
 
   it('a restarted service adopts its idle pool; a JobType change replaces it; a deleted JobType removes it', async () => {

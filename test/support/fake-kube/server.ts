@@ -43,7 +43,8 @@
  *   connection to the probed port (mapped, like the go port, to one of the pod's own) succeeds, tried
  *   every `probePeriodMs` (the probe's `periodSeconds`, scaled down);
  * - update (PUT) with optimistic concurrency: a `resourceVersion` other than the stored one is 409
- *   Conflict, as the API server answers; JSON patch (RFC 6902 add/replace/remove) of pods.
+ *   Conflict, as the API server answers; JSON patch (RFC 6902 add/replace/remove), a patched
+ *   `metadata.resourceVersion` being a precondition (409) as on the API server.
  *
  * - faults as real servers have them: injected error answers (`failNext`, optionally after the write
  *   was carried out, as when the server times out after etcd stored it), an outage (`setDown`),
@@ -1113,6 +1114,7 @@ export class FakeKube {
     const current = this.get(kind, ns, name);
     if (!current) return this.json(res, 404, notFound(kind, name));
     if (!contentType.includes('json-patch') || !Array.isArray(ops)) return this.json(res, 415, status(415, 'UnsupportedMediaType', `the fake takes JSON patches only (${contentType})`));
+    const readVersion = current.metadata.resourceVersion;
     for (const op of ops as { op: string; path: string; value?: unknown }[]) {
       const parts = op.path.split('/').slice(1).map((p) => p.replace(/~1/g, '/').replace(/~0/g, '~'));
       const last = parts.pop()!;
@@ -1124,6 +1126,10 @@ export class FakeKube {
       if (op.op === 'add' || op.op === 'replace') target[last] = op.value;
       else if (op.op === 'remove') delete target[last];
       else return this.json(res, 422, status(422, 'Invalid', `unsupported patch op ${op.op}`));
+    }
+    // A patch that sets `metadata.resourceVersion` makes it a precondition, as the API server does.
+    if (current.metadata.resourceVersion !== readVersion) {
+      return this.json(res, 409, status(409, 'Conflict', `Operation cannot be fulfilled on ${kind} "${name}": the object has been modified; please apply your changes to the latest version and try again`, { name, kind }));
     }
     const stored = this.put(kind, current);
     this.json(res, 200, stored);

@@ -1,7 +1,6 @@
 /**
- * The cluster warm pool's pure parts (issue 10): the pool Job a JobType's idle pods come from, what a
- * claim changes on it, and the pool's decision — `planPool(wants, members, now)` → Jobs to create and
- * to remove — as functions of what the informer caches hold and the time. pool.ts applies them.
+ * The cluster warm pool's Jobs (issue 10), pure: the pool Job a JobType's idle pods come from, and what
+ * a claim changes on it and its pod. The pool's decisions are in pool-decide.ts; pool.ts applies both.
  *
  * A pool Job is a run Job (build-job.ts) with no execution yet, and `main`'s mounts are the run Job's
  * own: /code and /input read-only (SPEC §1.5), here emptyDirs instead of the run's Secret. Who writes
@@ -17,12 +16,12 @@
  * -c`), so the pod mounts no Secret at all.
  */
 import { createHash } from 'node:crypto';
-import type { V1Container, V1Job, V1Pod } from '@kubernetes/client-node';
+import type { V1Container, V1Job } from '@kubernetes/client-node';
 import { jobRef, type JobType } from '../../../jobtypes/job-type.ts';
 import type { RunSpec } from '../../runtime.ts';
 import { SECRET_KEYS, buildJob, builtImage, extraRequirements, jobDeadlineSeconds, type BuildJobConfig } from '../runs/build-job.ts';
 import { ANNOTATIONS, CONTAINERS, LABELS, RELEASE_FILE, executionLabel } from '../names.ts';
-import { IMAGE_ERRORS, START_ERRORS, toMs } from '../runs/decide.ts';
+import { toMs } from '../runs/decide.ts';
 
 /**
  * Whether runs of a JobType can come from a pool pod (or a cold attach pod): every run that installs
@@ -43,6 +42,9 @@ export const POOL_LABELS = {
   /** Hash of the pod template: a JobType (or runner, or config) change makes idle pods stale. */
   specHash: 'sandpod.io/pool-spec',
 } as const;
+
+/** Annotation a claim puts on a pool Job: when it was claimed (epoch ms), which defers its refill. */
+export const CLAIMED_AT = 'sandpod.io/claimed-at';
 
 /** Room for the program and its input in a pool pod's emptyDirs. */
 const DELIVERY_VOLUME_LIMIT = '64Mi';
@@ -201,20 +203,29 @@ export function claimMetadata(spec: Pick<RunSpec, 'executionId' | 'timeoutSec' |
   };
 }
 
+/** An RFC 6901 path segment. */
+function pointer(key: string): string {
+  return key.replace(/~/g, '~0').replace(/\//g, '~1');
+}
+
 /**
- * The claimed Job: the run's labels and annotations, and a deadline counted from now (the Job's
- * `activeDeadlineSeconds` counts from its start): its age + the run's limits + grace. Keeps the
- * `resourceVersion` it was read at, so the update fails (409) when another replica claimed it first.
+ * The claim of a pool Job, as a JSON patch: the run's labels and annotations, the claim's time
+ * ({@link CLAIMED_AT}), and a deadline counted from now (the Job's `activeDeadlineSeconds` counts from
+ * its start): its age + the run's limits + grace. It sets `metadata.resourceVersion` to the version the
+ * Job was read at, which the API server takes as a precondition (409 when another replica claimed it
+ * first), so the claim writes a few hundred bytes instead of the whole Job (with the runner's text in
+ * its command) as an update would.
  */
-export function claimedJob(job: V1Job, spec: Pick<RunSpec, 'executionId' | 'timeoutSec' | 'startupTimeoutSec'>, graceSec: number, now: number): V1Job {
+export function claimJobPatch(job: V1Job, spec: Pick<RunSpec, 'executionId' | 'timeoutSec' | 'startupTimeoutSec'>, graceSec: number, now: number): object[] {
   const meta = claimMetadata(spec);
   const started = toMs(job.status?.startTime) ?? toMs(job.metadata?.creationTimestamp) ?? now;
   const ageSec = Math.max(0, Math.ceil((now - started) / 1000));
-  return {
-    ...job,
-    metadata: { ...job.metadata, labels: { ...job.metadata?.labels, ...meta.labels }, annotations: { ...job.metadata?.annotations, ...meta.annotations } },
-    spec: { ...job.spec!, activeDeadlineSeconds: ageSec + jobDeadlineSeconds({ ...spec, startupTimeoutSec: 0 }, graceSec) },
-  };
+  return [
+    { op: 'replace', path: '/metadata/resourceVersion', value: job.metadata?.resourceVersion ?? '' },
+    ...Object.entries(meta.labels).map(([k, value]) => ({ op: 'add', path: `/metadata/labels/${pointer(k)}`, value })),
+    ...Object.entries({ ...meta.annotations, [CLAIMED_AT]: String(now) }).map(([k, value]) => ({ op: 'add', path: `/metadata/annotations/${pointer(k)}`, value })),
+    { op: 'replace', path: '/spec/activeDeadlineSeconds', value: ageSec + jobDeadlineSeconds({ ...spec, startupTimeoutSec: 0 }, graceSec) },
+  ];
 }
 
 /**
@@ -261,139 +272,8 @@ function withoutReadiness({ startupProbe: _probe, ...c }: V1Container): V1Contai
 /** JSON patch of a claimed pod's labels and annotations (both maps exist on pool pods). */
 export function claimPodPatch(spec: Pick<RunSpec, 'executionId' | 'timeoutSec' | 'startupTimeoutSec'>): object[] {
   const meta = claimMetadata(spec);
-  const esc = (k: string) => k.replace(/~/g, '~0').replace(/\//g, '~1');
   return [
-    ...Object.entries(meta.labels).map(([k, value]) => ({ op: 'add', path: `/metadata/labels/${esc(k)}`, value })),
-    ...Object.entries(meta.annotations).map(([k, value]) => ({ op: 'add', path: `/metadata/annotations/${esc(k)}`, value })),
+    ...Object.entries(meta.labels).map(([k, value]) => ({ op: 'add', path: `/metadata/labels/${pointer(k)}`, value })),
+    ...Object.entries(meta.annotations).map(([k, value]) => ({ op: 'add', path: `/metadata/annotations/${pointer(k)}`, value })),
   ];
-}
-
-/** One pool Job as the pool sees it. */
-export interface PoolMember {
-  name: string;
-  jobType: string;
-  specHash: string;
-  /** Epoch ms the Job was created. */
-  createdAt: number;
-  /** Its pod's `main` and `collector` run and nothing ends it: it can take a program. */
-  ready: boolean;
-  /** Claimed by a run (carries an execution id): no longer the pool's. */
-  claimed: boolean;
-  /** Being deleted. */
-  deleting: boolean;
-  /**
-   * Its pod or Job ended without a claim (the runner died, eviction, deadline), or a container cannot
-   * start and will not by waiting (image pull or container config errors): useless.
-   */
-  failed: boolean;
-  /** Why it failed, for the log (a container's waiting or terminated reason and message). */
-  failedWhy?: string;
-}
-
-/** What the pool should hold for one JobType. */
-export interface PoolWant {
-  jobType: string;
-  size: number;
-  specHash: string;
-}
-
-/** Why an idle pool Job is removed. */
-export type RemoveReason = 'jobtype-gone' | 'stale' | 'idle' | 'failed' | 'excess';
-
-/** Container waiting reasons that do not heal by waiting, besides the image errors. */
-const STUCK_REASONS = new Set(['CreateContainerConfigError', 'CreateContainerError', 'RunContainerError']);
-
-/** Back-off before a JobType whose pool pods failed `count` times in a row gets new ones: 2 s doubling, at most 5 min. */
-export function poolBackoffMs(count: number): number {
-  return count <= 0 ? 0 : Math.min(2000 * 2 ** (count - 1), 300_000);
-}
-
-/** What to do now. */
-export interface PoolPlan {
-  create: { jobType: string; count: number }[];
-  remove: { name: string; reason: RemoveReason }[];
-}
-
-/** The pool member view of a Job and its pod (from the caches). */
-export function memberOf(job: V1Job, pod: V1Pod | undefined): PoolMember | null {
-  const labels = job.metadata?.labels ?? {};
-  const jobType = labels[POOL_LABELS.pool];
-  if (!jobType || !job.metadata?.name) return null;
-  const cs = (n: string) => pod?.status?.containerStatuses?.find((c) => c.name === n);
-  const jobEnded = !!job.status?.conditions?.some((c) => (c.type === 'Complete' || c.type === 'Failed') && c.status === 'True');
-  const podEnded = pod?.status?.phase === 'Failed' || pod?.status?.phase === 'Succeeded' || !!cs(CONTAINERS.main)?.state?.terminated || !!cs(CONTAINERS.collector)?.state?.terminated;
-  const deleting = !!job.metadata.deletionTimestamp || !!pod?.metadata?.deletionTimestamp;
-  // A container that cannot start (a bad image, a missing ConfigMap) never will: the pod is failed
-  // now rather than holding a pool slot until its idle limit.
-  let stuck: string | undefined;
-  for (const c of [...(pod?.status?.initContainerStatuses ?? []), ...(pod?.status?.containerStatuses ?? [])]) {
-    const w = c.state?.waiting;
-    const t = c.state?.terminated;
-    if (w?.reason && (IMAGE_ERRORS.has(w.reason) || STUCK_REASONS.has(w.reason))) stuck ??= `${c.name}: ${w.reason}: ${w.message ?? ''}`.trim();
-    else if (t?.reason && START_ERRORS.has(t.reason)) stuck ??= `${c.name}: ${t.reason}: ${t.message ?? ''}`.trim();
-  }
-  const failed = jobEnded || podEnded || stuck !== undefined;
-  const mainEnd = cs(CONTAINERS.main)?.state?.terminated;
-  const failedWhy = stuck ?? (mainEnd ? `main ended (exit ${mainEnd.exitCode ?? '?'}${mainEnd.reason ? `, ${mainEnd.reason}` : ''})` : `pod ${pod?.status?.phase ?? 'absent'}, Job ${jobEnded ? 'ended' : 'active'}`);
-  return {
-    name: job.metadata.name,
-    jobType,
-    specHash: labels[POOL_LABELS.specHash] ?? '',
-    createdAt: toMs(job.metadata.creationTimestamp) ?? 0,
-    // `ready` of main: false until its startup probe reached the runner's ready port (READY_PORT).
-    ready: !!pod && !deleting && !podEnded && stuck === undefined && !!cs(CONTAINERS.main)?.state?.running && cs(CONTAINERS.main)?.ready !== false && !!cs(CONTAINERS.collector)?.state?.running,
-    claimed: !!labels[LABELS.executionId],
-    deleting,
-    failed,
-    ...(failed ? { failedWhy } : {}),
-  };
-}
-
-/**
- * The pool's decision. Claimed and deleting members are not the pool's concern. An idle member is
- * removed when its JobType is gone (or wants none), its spec hash differs, it failed, or it waited
- * longer than `maxIdleMs`; beyond the wanted size the newest go (by name within equal ages, so two
- * replicas pick the same ones). Missing members are created, at most `maxStarting` starting per type,
- * and none for a type held (`holdUntil`, the back-off after its pods failed).
- */
-export function planPool(
-  wants: readonly PoolWant[],
-  members: readonly PoolMember[],
-  now: number,
-  opts: { maxIdleMs: number; maxStarting: number; holdUntil?: ReadonlyMap<string, number> },
-): PoolPlan {
-  const plan: PoolPlan = { create: [], remove: [] };
-  const want = new Map(wants.map((w) => [w.jobType, w]));
-  const kept = new Map<string, PoolMember[]>();
-  for (const m of members) {
-    if (m.claimed || m.deleting) continue;
-    const w = want.get(m.jobType);
-    let reason: RemoveReason | null = null;
-    if (!w || w.size <= 0) reason = 'jobtype-gone';
-    else if (m.specHash !== w.specHash) reason = 'stale';
-    else if (m.failed) reason = 'failed';
-    else if (now - m.createdAt >= opts.maxIdleMs) reason = 'idle';
-    if (reason) plan.remove.push({ name: m.name, reason });
-    else kept.set(m.jobType, [...(kept.get(m.jobType) ?? []), m]);
-  }
-  for (const w of wants) {
-    if (w.size <= 0) continue;
-    const mine = [...(kept.get(w.jobType) ?? [])].sort((a, b) => a.createdAt - b.createdAt || a.name.localeCompare(b.name));
-    for (const m of mine.slice(w.size)) plan.remove.push({ name: m.name, reason: 'excess' });
-    const live = mine.slice(0, w.size);
-    const starting = live.filter((m) => !m.ready).length;
-    // After failures, new pods wait out the back-off (a bad image would otherwise churn Jobs).
-    if (now < (opts.holdUntil?.get(w.jobType) ?? 0)) continue;
-    const count = Math.min(w.size - live.length, Math.max(0, opts.maxStarting - starting));
-    if (count > 0) plan.create.push({ jobType: w.jobType, count });
-  }
-  return plan;
-}
-
-/** Claim candidates of a JobType, oldest first (they expire first): ready, idle, current spec. */
-export function claimOrder(members: readonly PoolMember[], jobType: string, specHash: string, now: number, maxIdleMs: number): string[] {
-  return members
-    .filter((m) => m.jobType === jobType && m.ready && !m.claimed && !m.deleting && !m.failed && m.specHash === specHash && now - m.createdAt < maxIdleMs)
-    .sort((a, b) => a.createdAt - b.createdAt || a.name.localeCompare(b.name))
-    .map((m) => m.name);
 }

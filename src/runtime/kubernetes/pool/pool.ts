@@ -5,10 +5,12 @@
  * changed. Reconciled on a timer and after informer events, one pass at a time; the decisions are
  * `planPool` / `claimOrder`.
  *
- * A claim is an update of the pool Job carrying the resourceVersion it was read at: when another
- * replica (or this one) claimed it first the API server answers 409 and the next candidate is tried,
- * so a pod is never handed to two runs. The claimed Job leaves the pool for good (it has an
- * execution id); it runs one program and ends like any run Job.
+ * A claim is a patch of the pool Job whose precondition is the resourceVersion it was read at: when
+ * another replica claimed it first the API server answers 409 and the next candidate is tried, so a
+ * pod is never handed to two runs (runs of this replica do not even try one another's: a Job being
+ * claimed here is skipped until the cache shows it claimed). The claimed Job leaves the pool for good
+ * (it has an execution id); it runs one program and ends like any run Job. Its refill waits while
+ * that run goes on, a little (planPool's `refillDelayMs`), unless the pool has no ready pod left.
  */
 import { randomBytes } from 'node:crypto';
 import type { V1Job, V1Pod } from '@kubernetes/client-node';
@@ -19,7 +21,15 @@ import type { KubeApi } from '../../../kube/index.ts';
 import type { Logger } from '../../../logger.ts';
 import type { RunSpec, WarmPoolStats } from '../../runtime.ts';
 import type { RunController } from '../runs/controller.ts';
-import { poolable, claimOrder, claimPodPatch, claimedJob, memberOf, planPool, poolBackoffMs, poolJob, type PoolMember, type PoolWant } from './pool-plan.ts';
+import { poolable, claimJobPatch, claimPodPatch, poolJob } from './pool-plan.ts';
+import { claimOrder, memberOf, planPool, poolBackoffMs, type PoolMember, type PoolWant } from './pool-decide.ts';
+
+/**
+ * How long a claimed pool pod's refill may wait for its run to end, ms (planPool's `refillDelayMs`):
+ * long enough for a short run to finish before a new pod boots beside it, short enough that a long
+ * run's replacement is not late for the next claims.
+ */
+export const REFILL_DELAY_MS = 3000;
 
 /** Options of {@link WarmPool}. */
 export interface WarmPoolOptions {
@@ -41,6 +51,8 @@ export interface WarmPoolOptions {
   intervalMs?: number;
   /** Pool Jobs created at once per JobType. */
   maxStarting?: number;
+  /** See {@link REFILL_DELAY_MS}. */
+  refillDelayMs?: number;
 }
 
 /** A claimed pool pod. */
@@ -60,6 +72,10 @@ export class WarmPool {
   private readonly counts = new Map<string, { hits: number; misses: number; handOverRetries: number }>();
   /** Spec hash per JobType name, from the last pass (claims only take pods of the current spec). */
   private hashes = new Map<string, string>();
+  /** Jobs a claim of this replica is writing or has written, until the cache shows them claimed (name → since). */
+  private readonly taking = new Map<string, number>();
+  /** Claimed Jobs whose run this replica saw end: their refill need not wait. */
+  private readonly over = new Set<string>();
   /** Pool pods of a JobType that failed in a row (reset when one is ready), and when the last did. */
   private readonly failures = new Map<string, { count: number; lastAt: number; seen: Set<string> }>();
 
@@ -125,10 +141,16 @@ export class WarmPool {
       if (jobName) pods.set(jobName, p);
     }
     const out: PoolMember[] = [];
+    const names = new Set<string>();
     for (const j of this.o.controller.jobs.list()) {
       const m = memberOf(j, pods.get(j.metadata?.name ?? ''));
-      if (m) out.push(m);
+      if (!m) continue;
+      names.add(m.name);
+      if (m.claimed) this.taking.delete(m.name);
+      if (this.over.has(m.name)) delete m.claimedAt;
+      out.push(m);
     }
+    for (const n of this.over) if (!names.has(n)) this.over.delete(n);
     const now = this.o.clock.now();
     for (const [name, p] of this.pending) {
       if (this.o.controller.jobs.get(name) || now - p.at > 30_000) this.pending.delete(name);
@@ -188,7 +210,7 @@ export class WarmPool {
     const members = this.members();
     const now = this.o.clock.now();
     const holdUntil = this.noteFailures(members, now);
-    const plan = planPool(wants, members, now, { maxIdleMs: this.maxIdleMs, maxStarting: this.o.maxStarting ?? 4, holdUntil });
+    const plan = planPool(wants, members, now, { maxIdleMs: this.maxIdleMs, maxStarting: this.o.maxStarting ?? 4, holdUntil, refillDelayMs: this.o.refillDelayMs ?? REFILL_DELAY_MS });
     const ns = this.o.config.kubernetes.runs_namespace;
     for (const r of plan.remove) {
       // Only as we saw it: a Job another replica claimed since is a run now, not ours to remove.
@@ -229,24 +251,33 @@ export class WarmPool {
       return null;
     }
     const ns = this.o.config.kubernetes.runs_namespace;
-    for (const name of claimOrder(this.members(), jt.name, hash, this.o.clock.now(), this.maxIdleMs)) {
+    const grace = this.o.config.kubernetes.deadline_grace_seconds;
+    const members = this.members();
+    for (const [n, since] of this.taking) if (this.o.clock.now() - since > 30_000) this.taking.delete(n);
+    for (const name of claimOrder(members, jt.name, hash, this.o.clock.now(), this.maxIdleMs)) {
+      // Another run of this replica is claiming it (or claimed it, and the watch has not told yet).
+      if (this.taking.has(name)) continue;
       const job = this.o.controller.jobs.get(name);
       const pod = this.o.controller.pods.list().find((p) => p.metadata?.labels?.['job-name'] === name);
       if (!job || !pod?.metadata?.name) continue;
-      // The cache may have moved on since the order was made (an earlier claim of this loop's awaits,
-      // by another run of this replica, came back through the watch): a Job claimed since is not a
-      // candidate, and an update at its new version would succeed and hand one pod to two runs.
+      // The cache may have moved on since the order was made: a Job claimed since is not a candidate.
       const now = memberOf(job, pod);
       if (!now || now.claimed || now.deleting) continue;
-      let updated = await this.o.api.replaceJob(claimedJob(job, spec, this.o.config.kubernetes.deadline_grace_seconds, this.o.clock.now()));
+      this.taking.set(name, this.o.clock.now());
+      let updated = await this.o.api.patchJobIfUnchanged(ns, name, claimJobPatch(job, spec, grace, this.o.clock.now())).catch((err: unknown) => {
+        this.taking.delete(name);
+        throw err;
+      });
       if (!updated) {
-        // 409: changed since our cache saw it. Claimed by another replica (or run): next one. Only its
-        // status changed (the cache lags): try once more at the version just read.
-        const fresh = await this.o.api.getJob(ns, name);
+        // 409: changed since our cache saw it. Claimed by another replica: next one. Only its status
+        // changed (the cache lags): try once more at the version just read.
+        const fresh = await this.o.api.getJob(ns, name).catch(() => null);
         const member = fresh ? memberOf(fresh, pod) : null;
-        if (!fresh || !member || member.claimed || member.deleting) continue;
-        updated = await this.o.api.replaceJob(claimedJob(fresh, spec, this.o.config.kubernetes.deadline_grace_seconds, this.o.clock.now()));
-        if (!updated) continue;
+        if (fresh && member && !member.claimed && !member.deleting) updated = await this.o.api.patchJobIfUnchanged(ns, name, claimJobPatch(fresh, spec, grace, this.o.clock.now())).catch(() => null);
+        if (!updated) {
+          this.taking.delete(name);
+          continue;
+        }
       }
       // The pod carries the run's labels too, so `kubectl get pods -l sandpod.io/execution-id=<id>`
       // finds it and the controller's pod events reach the run. Patched while the program is handed
@@ -263,6 +294,12 @@ export class WarmPool {
     count.misses++;
     void this.kick();
     return null;
+  }
+
+  /** The run on a claimed pool Job ended (or never started): its refill need not wait any longer. */
+  runOver(jobName: string): void {
+    this.over.add(jobName);
+    void this.kick();
   }
 
   /** A hand-over to a claimed pod failed before the program started and the run was tried again. */

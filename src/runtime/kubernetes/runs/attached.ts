@@ -118,7 +118,12 @@ export class AttachedRuns {
         if (next !== 'warm') return null;
         continue;
       }
-      return await awaitTracked(this.d.controller, key, tracked, options.signal);
+      try {
+        return await awaitTracked(this.d.controller, key, tracked, options.signal);
+      } finally {
+        // The pool may refill now: the run no longer competes with a starting pod.
+        pool.runOver(jobName);
+      }
     }
   }
 

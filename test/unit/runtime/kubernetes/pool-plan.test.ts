@@ -1,7 +1,8 @@
-/** The warm pool's pure decisions (pool-plan.ts), as tables with an explicit clock. */
+/** The warm pool's pure decisions (pool-decide.ts) and Jobs (pool-plan.ts), as tables with an explicit clock. */
 import { describe, expect, it } from 'vitest';
 import type { V1Job } from '@kubernetes/client-node';
-import { GO_PORT, POD_IP_ENV, READY_PORT, poolable, claimOrder, claimedJob, coldAttachJob, memberOf, planPool, poolBackoffMs, poolJob, type PoolMember } from '../../../../src/runtime/kubernetes/pool/pool-plan.ts';
+import { CLAIMED_AT, GO_PORT, POD_IP_ENV, READY_PORT, poolable, claimJobPatch, coldAttachJob, poolJob } from '../../../../src/runtime/kubernetes/pool/pool-plan.ts';
+import { claimOrder, memberOf, planPool, poolBackoffMs, type PoolMember } from '../../../../src/runtime/kubernetes/pool/pool-decide.ts';
 import { afterHandOverFailure, decide, newRunState } from '../../../../src/runtime/kubernetes/runs/decide.ts';
 import { BUILT_SITE_DIR, buildJob } from '../../../../src/runtime/kubernetes/runs/build-job.ts';
 import { jobType, testConfig } from '../../../support/kube-runtime.ts';
@@ -33,6 +34,29 @@ describe('planPool', () => {
       expect(plan.remove.map((r) => [r.name, r.reason])).toEqual(c.remove);
     });
   }
+});
+
+describe("planPool: a claimed pod's refill waits for its run", () => {
+  const want = [{ jobType: 'a', size: 2, specHash: 'h1' }];
+  const delay = { ...opts, refillDelayMs: 3000 };
+  const claimed = (over: Partial<PoolMember> = {}) => m('p2', { claimed: true, claimedAt: T0, ...over });
+  it.each([
+    ['run going on, one pod still ready: no refill yet', [m('p1'), claimed()], T0 + 100, 0],
+    ['the delay is over: refill', [m('p1'), claimed()], T0 + 3000, 1],
+    ['the run is over (its pod ended): refill', [m('p1'), claimed({ failed: true })], T0 + 100, 1],
+    ['the run is over (known here: no claim time): refill', [m('p1'), m('p2', { claimed: true })], T0 + 100, 1],
+    ['its Job is being deleted: refill', [m('p1'), claimed({ deleting: true })], T0 + 100, 1],
+    ['nothing ready left: refill at once', [m('p1', { ready: false }), claimed()], T0 + 100, 1],
+    ['pool empty but for claimed ones: refill both at once', [claimed(), m('p3', { claimed: true, claimedAt: T0 })], T0 + 100, 2],
+    ['a claimed pod of an older spec does not hold the refill', [m('p1'), claimed({ specHash: 'h0' })], T0 + 100, 1],
+    ['a claimed pod of another type does not hold the refill', [m('p1'), claimed({ jobType: 'b' })], T0 + 100, 1],
+  ] as const)('%s', (_n, members, now, count) => {
+    const plan = planPool(want, members, now, delay);
+    expect(plan.create).toEqual(count > 0 ? [{ jobType: 'a', count }] : []);
+  });
+  it('without refillDelayMs the refill is at once', () => {
+    expect(planPool(want, [m('p1'), claimed()], T0 + 100, opts).create).toEqual([{ jobType: 'a', count: 1 }]);
+  });
 });
 
 describe('planPool: back-off after failures', () => {
@@ -74,6 +98,12 @@ describe('memberOf', () => {
     ['main ended unclaimed: failed, with its exit', pod({ terminated: { exitCode: 123, reason: 'Error' } }), { failed: true, failedWhy: 'main ended (exit 123, Error)' }],
   ])('%s', (_n, p, want) => {
     expect(memberOf(job, p)).toMatchObject(want);
+  });
+  it("a claimed Job: claimed, with the claim's time from its annotation (none when unreadable)", () => {
+    const claimedJob = (at: string) => ({ metadata: { name: 'sp-w-1', labels: { 'sandpod.io/warm-pool': 'a', 'sandpod.io/execution-id': 'e-1' }, annotations: { [CLAIMED_AT]: at }, creationTimestamp: new Date(T0) }, status: {} }) as never;
+    expect(memberOf(claimedJob(String(T0 + 5)), pod({ running: {} }))).toMatchObject({ claimed: true, claimedAt: T0 + 5 });
+    expect(memberOf(claimedJob('soon'), pod({ running: {} }))).not.toHaveProperty('claimedAt');
+    expect(memberOf(job, pod({ running: {} }))).not.toHaveProperty('claimedAt');
   });
   it('a Job that is not a pool Job is no member', () => {
     expect(memberOf({ metadata: { name: 'x', labels: {} } } as never, undefined)).toBeNull();
@@ -202,14 +232,21 @@ describe('pool Job and claim', () => {
     expect(collectorOf(poolJob(jobType(), cfg, { runtimeClassName: 'gvisor', runnerSource: 'R', deliverSource: 'D', name: 'sp-w-1', maxIdleSec: 900 }).job).command).not.toContain('--connect-timeout');
   });
 
-  it('a claim labels the Job, keeps its resourceVersion and sets a deadline counted from now', () => {
+  it('a claim is a small JSON patch: the read resourceVersion as precondition, the run\'s labels and annotations, the claim time, a deadline counted from now', () => {
     const { job } = poolJob(jobType(), cfg, { runtimeClassName: null, runnerSource: 'R', deliverSource: 'D', name: 'sp-w-1', maxIdleSec: 900 });
     const read = { ...job, metadata: { ...job.metadata, resourceVersion: '42' }, status: { startTime: new Date(T0) } };
-    const c = claimedJob(read, { executionId: 'e-1', timeoutSec: 10, startupTimeoutSec: 60 }, 5, T0 + 100_000);
-    expect(c.metadata!.resourceVersion).toBe('42');
-    expect(c.metadata!.labels!['sandpod.io/execution-id']).toBe('e-1');
-    expect(c.metadata!.annotations!['sandpod.io/execution-id']).toBe('e-1');
-    expect(c.spec!.activeDeadlineSeconds).toBe(100 + 10 + 5);
+    const ops = claimJobPatch(read, { executionId: 'e-1', timeoutSec: 10, startupTimeoutSec: 60 }, 5, T0 + 100_000);
+    expect(ops).toEqual([
+      { op: 'replace', path: '/metadata/resourceVersion', value: '42' },
+      { op: 'add', path: '/metadata/labels/sandpod.io~1execution-id', value: 'e-1' },
+      { op: 'add', path: '/metadata/annotations/sandpod.io~1execution-id', value: 'e-1' },
+      { op: 'add', path: '/metadata/annotations/sandpod.io~1timeout-seconds', value: '10' },
+      { op: 'add', path: '/metadata/annotations/sandpod.io~1startup-timeout-seconds', value: '60' },
+      { op: 'add', path: '/metadata/annotations/sandpod.io~1claimed-at', value: String(T0 + 100_000) },
+      { op: 'replace', path: '/spec/activeDeadlineSeconds', value: 100 + 10 + 5 },
+    ]);
+    // Nothing of the pod template (the runner's text) is sent.
+    expect(JSON.stringify(ops).length).toBeLessThan(600);
   });
 });
 
