@@ -191,6 +191,22 @@ export class WarmPool {
     return poolJob(jt, this.o.config, { runtimeClassName: rc, runnerSource: this.o.runnerSource(), deliverSource: this.o.deliverSource(), name, maxIdleSec: this.o.config.kubernetes.warm_pool_max_idle_seconds });
   }
 
+  /** Spec hashes per JobType object, with what else they were made from (a few ms of CPU each to make). */
+  private readonly hashCache = new WeakMap<JobType, { rc: string | null; runner: string; deliver: string; specHash: string }>();
+
+  /** The spec hash of a JobType's pool pods now, or null when runs cannot be made (see {@link template}). */
+  private async specHash(jt: JobType): Promise<string | null> {
+    const rc = await this.o.runtimeClassName();
+    if (rc === false) return null;
+    const runner = this.o.runnerSource();
+    const deliver = this.o.deliverSource();
+    const hit = this.hashCache.get(jt);
+    if (hit && hit.rc === rc && hit.runner === runner && hit.deliver === deliver) return hit.specHash;
+    const t = await this.template(jt, 'x');
+    if (t) this.hashCache.set(jt, { rc, runner, deliver, specHash: t.specHash });
+    return t?.specHash ?? null;
+  }
+
   private async reconcile(): Promise<void> {
     if (!this.o.controller.jobs.synced || !this.o.controller.pods.synced) return;
     const wants: PoolWant[] = [];
@@ -198,10 +214,10 @@ export class WarmPool {
     for (const jt of this.o.jobTypes()) {
       // Runs with requirements to install at run time never come from the pool (it has no `deps`).
       const size = poolable(jt) ? this.sizeOf(jt) : 0;
-      const t = size > 0 ? await this.template(jt, 'x') : null;
-      if (!t) continue;
-      hashes.set(jt.name, t.specHash);
-      wants.push({ jobType: jt.name, size, specHash: t.specHash });
+      const specHash = size > 0 ? await this.specHash(jt) : null;
+      if (!specHash) continue;
+      hashes.set(jt.name, specHash);
+      wants.push({ jobType: jt.name, size, specHash });
     }
     this.hashes = hashes;
     // Creates and removals are the leader's (issue 20): with several replicas a pool never exceeds
@@ -245,7 +261,7 @@ export class WarmPool {
     const count = this.counts.get(jt.name) ?? { hits: 0, misses: 0, handOverRetries: 0 };
     this.counts.set(jt.name, count);
     // The run's own JobType (it may be pinned to an earlier build): only pods made from it will do.
-    const hash = poolable(jt, spec.requirements) && this.hashes.has(jt.name) ? (await this.template(jt, 'x').catch(() => null))?.specHash : undefined;
+    const hash = poolable(jt, spec.requirements) && this.hashes.has(jt.name) ? await this.specHash(jt).catch(() => null) : undefined;
     if (!hash) {
       count.misses++;
       return null;
