@@ -9,7 +9,7 @@
  */
 import type { KubeConfig } from '@kubernetes/client-node';
 import WebSocket from 'ws';
-import { EXEC_PROTOCOLS, ExecError, onRefusal, type ExecStatus } from './exec.ts';
+import { EXEC_PROTOCOLS, ExecError, onRefusal, streamOptions, type ExecStatus } from './exec.ts';
 
 /** One attach request. */
 export interface AttachRequest {
@@ -43,8 +43,7 @@ export async function attachToContainer(kc: KubeConfig, req: AttachRequest): Pro
   const q = new URLSearchParams({ container: req.container, stdin: 'true', stdout: 'true', stderr: 'false', tty: 'false' });
   const base = cluster.server.replace(/^http/, 'ws').replace(/\/$/, '');
   const url = `${base}/api/v1/namespaces/${encodeURIComponent(req.namespace)}/pods/${encodeURIComponent(req.pod)}/attach?${q}`;
-  const opts: WebSocket.ClientOptions = {};
-  await kc.applyToHTTPSOptions(opts);
+  const opts = await streamOptions(kc);
   const ws = new WebSocket(url, [...EXEC_PROTOCOLS], { ...opts, perMessageDeflate: false, ...(req.handshakeTimeoutMs ? { handshakeTimeout: req.handshakeTimeoutMs } : {}) });
   let status: ExecStatus | null = null;
   let resolveEnded!: (v: { status: ExecStatus | null }) => void;
