@@ -6,7 +6,6 @@
  * real runner gets the program through attach) has the attach span and passes TRACEPARENT in the go line.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { POOL_LABELS } from '../../../src/runtime/kubernetes/pool/pool-plan.ts';
 import { jobNameFor } from '../../../src/runtime/kubernetes/names.ts';
 import type { Tracing } from '../../../src/tracing/setup.ts';
 import { freshDatabase, type TestDatabase } from '../../support/db.ts';
@@ -114,13 +113,14 @@ describe('warm pool pod', () => {
   });
 
   it('a warm hit: the attach span, the warm sandbox, and TRACEPARENT through the go line', async () => {
-    const ready = () =>
-      warmFake.list('jobs', 'sandpod-jobs').some((j) => {
-        const pod = j.metadata.labels?.[POOL_LABELS.pool] === 'default' ? warmFake.podOfJob(j.metadata.name) : undefined;
-        const main = pod?.status?.containerStatuses?.find((c: J) => c.name === 'main');
-        return main?.state?.running && main.ready && !pod?.metadata.deletionTimestamp; // its startup probe passed
-      });
-    await warmFake.waitFor(ready, 60_000, 'a ready pool pod');
+    // Ready as the pool counts it (/pool/stats: of the job type's current spec): until the JobType
+    // resource is seen, the pool holds pods of the built-in `default`, which a run of the resource's
+    // `default` never takes.
+    for (let i = 0; i < 600; i++) {
+      const stats = (await (await warm.get('/pool/stats')).json()) as { warm?: { job_type: string; ready: number }[] };
+      if ((stats.warm?.find((w) => w.job_type === 'default')?.ready ?? 0) > 0) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
     const traceId = 'c0ffee00c0ffee00c0ffee00c0ffee00';
     const res = await warm.post('/execute', { code: 'import os\nprint(os.environ.get("TRACEPARENT", "none"))' }, { traceparent: `00-${traceId}-2222333344445555-01` });
     expect(res.status).toBe(200);

@@ -130,9 +130,11 @@ function buildPoolJobBody(jobType: JobType, config: BuildJobConfig, opts: PoolJo
   const mounts = (main.volumeMounts ?? []).filter((m) => m.name !== 'runner');
   const collectorMounts = [...(collector.volumeMounts ?? []), { name: 'code', mountPath: '/code' }, { name: 'input', mountPath: '/input' }];
   // The collector's image is the executor image, which has python3 (it is the default for main).
+  // `-S`: deliver.py needs nothing but the standard library, so no `site` (and its .pth files) at start.
   const collectorCommand = [
     ...head.slice(0, head.indexOf('python3')),
     'python3',
+    '-S',
     '-c',
     opts.deliverSource,
     '--code',
@@ -150,15 +152,16 @@ function buildPoolJobBody(jobType: JobType, config: BuildJobConfig, opts: PoolJo
   const volumes = (podSpec.volumes ?? [])
     .filter((v) => v.name !== 'runner')
     .map((v) => (v.name === 'code' || v.name === 'input' ? { name: v.name, emptyDir: { sizeLimit: DELIVERY_VOLUME_LIMIT } } : v));
-  const containers = podSpec.containers.map((c) => {
-    if (c.name === CONTAINERS.main) {
-      // The pod's IP for the ready listener: the kubelet expands `$(SANDPOD_POD_IP)` in the command.
-      const env = [...(main.env ?? []), { name: POD_IP_ENV, valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } }];
-      return { ...main, command, env, volumeMounts: mounts, startupProbe: READY_PROBE };
-    }
-    if (c.name === CONTAINERS.collector) return { ...collector, command: collectorCommand, volumeMounts: collectorMounts, stdin: true, stdinOnce: true };
-    return c;
-  });
+  // The collector first: the kubelet starts a pod's containers one after the other, in order, and the
+  // program can be handed to the collector (attach) while `main` is still being started; deliver.py
+  // waits for main's go port. A cold attach run's start is then the later of the two, not their sum.
+  // The pod IP is for main's ready listener: the kubelet expands `$(SANDPOD_POD_IP)` in the command.
+  const mainEnv = [...(main.env ?? []), { name: POD_IP_ENV, valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } }];
+  const containers = [
+    { ...collector, command: collectorCommand, volumeMounts: collectorMounts, stdin: true, stdinOnce: true },
+    { ...main, command, env: mainEnv, volumeMounts: mounts, startupProbe: READY_PROBE },
+    ...podSpec.containers.filter((c) => c.name !== CONTAINERS.main && c.name !== CONTAINERS.collector),
+  ];
   return {
     ...job,
     metadata: { name: opts.name, namespace: job.metadata?.namespace ?? '', labels: { ...labels }, annotations: { ...annotations } },

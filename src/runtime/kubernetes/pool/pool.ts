@@ -187,7 +187,10 @@ export class WarmPool {
   /** The pool Job of a JobType now (with a fresh name), or null when runs cannot be made. */
   private async template(jt: JobType, name: string): Promise<{ job: V1Job; specHash: string } | null> {
     const rc = await this.o.runtimeClassName();
-    if (rc === false) return null;
+    return rc === false ? null : this.poolJobOf(jt, name, rc);
+  }
+
+  private poolJobOf(jt: JobType, name: string, rc: string | null): { job: V1Job; specHash: string } {
     return poolJob(jt, this.o.config, { runtimeClassName: rc, runnerSource: this.o.runnerSource(), deliverSource: this.o.deliverSource(), name, maxIdleSec: this.o.config.kubernetes.warm_pool_max_idle_seconds });
   }
 
@@ -202,9 +205,10 @@ export class WarmPool {
     const deliver = this.o.deliverSource();
     const hit = this.hashCache.get(jt);
     if (hit && hit.rc === rc && hit.runner === runner && hit.deliver === deliver) return hit.specHash;
-    const t = await this.template(jt, 'x');
-    if (t) this.hashCache.set(jt, { rc, runner, deliver, specHash: t.specHash });
-    return t?.specHash ?? null;
+    // Made from the RuntimeClass just read (a second lookup could answer otherwise, and the entry would lie).
+    const { specHash } = this.poolJobOf(jt, 'x', rc);
+    this.hashCache.set(jt, { rc, runner, deliver, specHash });
+    return specHash;
   }
 
   private async reconcile(): Promise<void> {
