@@ -152,16 +152,17 @@ function buildPoolJobBody(jobType: JobType, config: BuildJobConfig, opts: PoolJo
   const volumes = (podSpec.volumes ?? [])
     .filter((v) => v.name !== 'runner')
     .map((v) => (v.name === 'code' || v.name === 'input' ? { name: v.name, emptyDir: { sizeLimit: DELIVERY_VOLUME_LIMIT } } : v));
-  // The collector first: the kubelet starts a pod's containers one after the other, in order, and the
-  // program can be handed to the collector (attach) while `main` is still being started; deliver.py
-  // waits for main's go port. A cold attach run's start is then the later of the two, not their sum.
+  // main first: the kubelet starts a pod's containers one after the other, in order, and main's
+  // runner (an interpreter start under gVisor, about a second on a busy node) is the long pole of a
+  // cold attach run; the collector is started, attached to and handed the program meanwhile (with the
+  // collector first, kcluster showed main's runner ready 1.0-1.5 s after the attach).
   // The pod IP is for main's ready listener: the kubelet expands `$(SANDPOD_POD_IP)` in the command.
   const mainEnv = [...(main.env ?? []), { name: POD_IP_ENV, valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } }];
-  const containers = [
-    { ...collector, command: collectorCommand, volumeMounts: collectorMounts, stdin: true, stdinOnce: true },
-    { ...main, command, env: mainEnv, volumeMounts: mounts, startupProbe: READY_PROBE },
-    ...podSpec.containers.filter((c) => c.name !== CONTAINERS.main && c.name !== CONTAINERS.collector),
-  ];
+  const containers = podSpec.containers.map((c) => {
+    if (c.name === CONTAINERS.main) return { ...main, command, env: mainEnv, volumeMounts: mounts, startupProbe: READY_PROBE };
+    if (c.name === CONTAINERS.collector) return { ...collector, command: collectorCommand, volumeMounts: collectorMounts, stdin: true, stdinOnce: true };
+    return c;
+  });
   return {
     ...job,
     metadata: { name: opts.name, namespace: job.metadata?.namespace ?? '', labels: { ...labels }, annotations: { ...annotations } },
