@@ -7,10 +7,10 @@
  *
  * A claim is a patch of the pool Job whose precondition is the resourceVersion it was read at: when
  * another replica claimed it first the API server answers 409 and the next candidate is tried, so a
- * pod is never handed to two runs (runs of this replica do not even try one another's: a Job being
- * claimed here is skipped until the cache shows it claimed). The claimed Job leaves the pool for good
- * (it has an execution id); it runs one program and ends like any run Job. Its refill waits while
- * that run goes on, a little (planPool's `refillDelayMs`), unless the pool has no ready pod left.
+ * pod is never handed to two runs (two runs of this replica race the same way). The claimed Job
+ * leaves the pool for good (it has an execution id); it runs one program and ends like any run Job.
+ * Its refill waits while that run goes on, a little (planPool's `refillDelayMs`), unless the pool
+ * has no ready pod left.
  */
 import { randomBytes } from 'node:crypto';
 import type { V1Job, V1Pod } from '@kubernetes/client-node';
@@ -72,8 +72,6 @@ export class WarmPool {
   private readonly counts = new Map<string, { hits: number; misses: number; handOverRetries: number }>();
   /** Spec hash per JobType name, from the last pass (claims only take pods of the current spec). */
   private hashes = new Map<string, string>();
-  /** Jobs a claim of this replica is writing or has written, until the cache shows them claimed (name → since). */
-  private readonly taking = new Map<string, number>();
   /** Claimed Jobs whose run this replica saw end: their refill need not wait. */
   private readonly over = new Set<string>();
   /** Pool pods of a JobType that failed in a row (reset when one is ready), and when the last did. */
@@ -146,7 +144,6 @@ export class WarmPool {
       const m = memberOf(j, pods.get(j.metadata?.name ?? ''));
       if (!m) continue;
       names.add(m.name);
-      if (m.claimed) this.taking.delete(m.name);
       if (this.over.has(m.name)) delete m.claimedAt;
       out.push(m);
     }
@@ -273,31 +270,23 @@ export class WarmPool {
     const ns = this.o.config.kubernetes.runs_namespace;
     const grace = this.o.config.kubernetes.deadline_grace_seconds;
     const members = this.members();
-    for (const [n, since] of this.taking) if (this.o.clock.now() - since > 30_000) this.taking.delete(n);
     for (const name of claimOrder(members, jt.name, hash, this.o.clock.now(), this.maxIdleMs)) {
-      // Another run of this replica is claiming it (or claimed it, and the watch has not told yet).
-      if (this.taking.has(name)) continue;
       const job = this.o.controller.jobs.get(name);
       const pod = this.o.controller.pods.list().find((p) => p.metadata?.labels?.['job-name'] === name);
       if (!job || !pod?.metadata?.name) continue;
-      // The cache may have moved on since the order was made: a Job claimed since is not a candidate.
+      // The cache may have moved on since the order was made (an earlier claim of this loop's awaits,
+      // by another run of this replica, came back through the watch): a Job claimed since is not a
+      // candidate, and a patch at its new version would succeed and hand one pod to two runs.
       const now = memberOf(job, pod);
       if (!now || now.claimed || now.deleting) continue;
-      this.taking.set(name, this.o.clock.now());
-      let updated = await this.o.api.patchJobIfUnchanged(ns, name, claimJobPatch(job, spec, grace, this.o.clock.now())).catch((err: unknown) => {
-        this.taking.delete(name);
-        throw err;
-      });
+      let updated = await this.o.api.patchJobIfUnchanged(ns, name, claimJobPatch(job, spec, grace, this.o.clock.now()));
       if (!updated) {
         // 409: changed since our cache saw it. Claimed by another replica: next one. Only its status
         // changed (the cache lags): try once more at the version just read.
         const fresh = await this.o.api.getJob(ns, name).catch(() => null);
         const member = fresh ? memberOf(fresh, pod) : null;
         if (fresh && member && !member.claimed && !member.deleting) updated = await this.o.api.patchJobIfUnchanged(ns, name, claimJobPatch(fresh, spec, grace, this.o.clock.now())).catch(() => null);
-        if (!updated) {
-          this.taking.delete(name);
-          continue;
-        }
+        if (!updated) continue;
       }
       // The pod carries the run's labels too, so `kubectl get pods -l sandpod.io/execution-id=<id>`
       // finds it and the controller's pod events reach the run. Patched while the program is handed
