@@ -11,7 +11,7 @@ import { closeSync, constants as C, fchownSync, fstatSync, lstatSync, openSync, 
 import path from 'node:path';
 import { AppError } from '../errors.ts';
 import { contentTypeFor } from '../runtime/run-output.ts';
-import type { SessionFiles, WorkspaceEntry } from '../runtime/runtime.ts';
+import type { SessionFiles, WorkspaceEntry } from '../runtime/session.ts';
 
 const SANDBOX_UID = 1000;
 const SANDBOX_GID = 1000;

@@ -16,7 +16,8 @@ import { buildRow, checkRequirements, mergedRequirements, resolveJobType, type R
 import type { Executions } from '../executions/service.ts';
 import type { JobTypeRegistry } from '../jobtypes/job-type.ts';
 import type { Logger } from '../logger.ts';
-import { runEnv, SessionDependencyError, type Runtime, type SessionFiles, type SessionSandbox } from '../runtime/runtime.ts';
+import { runEnv, type Runtime } from '../runtime/runtime.ts';
+import { SessionDependencyError, type SessionFiles, type SessionSandbox } from '../runtime/session.ts';
 import { hostWorkspaceFiles } from './files.ts';
 import type { Db, ExecutionRow, SessionRow } from '../store/database.ts';
 import { claimSession, endSession, getSession, heartbeatSessions, insertSessionAdmitted, listSessions, liveSessions, RELEASED_OWNER, releaseSession, releaseSessions, requestHandoff, updateLiveSession } from '../store/sessions.repository.ts';

@@ -15,7 +15,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseConfig, type Config } from '../../src/config.ts';
 import { KubernetesJobTypeRegistry } from '../../src/jobtypes/kubernetes-registry.ts';
 import { createKubernetesRuntime } from '../../src/runtime/kubernetes/index.ts';
-import type { CellSpec, Runtime, SessionSandbox } from '../../src/runtime/runtime.ts';
+import type { Runtime } from '../../src/runtime/runtime.ts';
+import type { CellSpec, SessionSandbox } from '../../src/runtime/session.ts';
 import { applyObjects, manifestObjects } from '../support/kube-apply.ts';
 
 const KUBECONFIG = process.env.SANDPOD_E2E_KUBECONFIG;

@@ -20,7 +20,8 @@ import { DELIVER_PATH, RUNNER_PATH, SESSION_COLLECTOR_PATH } from '../../sandbox
 import { baseObservation, emptyRun } from '../run-output.ts';
 import { patchJobTypeStatus } from '../../jobtypes/kubernetes-registry.ts';
 import { KubernetesBuilder } from './builds/builder.ts';
-import { assertHeld, type Builder, type LeadershipStatus, type WarmPoolStats, type RawRun, type RunOptions, type RunSpec, type Runtime, type RuntimeHealth, type RuntimeHooks, type SessionOpenOptions, type SessionSandbox } from '../runtime.ts';
+import { assertHeld, type Builder, type LeadershipStatus, type WarmPoolStats, type RawRun, type RunOptions, type RunSpec, type Runtime, type RuntimeHealth, type RuntimeHooks } from '../runtime.ts';
+import { type SessionOpenOptions, type SessionSandbox } from '../session.ts';
 import { KubeSessions } from './session/sessions.ts';
 import type { JobType } from '../../jobtypes/job-type.ts';
 import { buildJob } from './runs/build-job.ts';

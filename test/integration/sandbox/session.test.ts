@@ -12,7 +12,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { parseConfig, type Config } from '../../../src/config.ts';
 import { FileJobTypeRegistry } from '../../../src/jobtypes/job-type.ts';
 import { createLocalRuntime, type LocalRuntime } from '../../../src/runtime/local/index.ts';
-import type { CellSpec, SessionEnd, SessionSandbox } from '../../../src/runtime/runtime.ts';
+import type { CellSpec, SessionEnd, SessionSandbox } from '../../../src/runtime/session.ts';
 import { describeEachEngine } from '../../support/engines.ts';
 
 const asRoot = process.getuid?.() === 0;

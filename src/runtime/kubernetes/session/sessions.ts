@@ -11,7 +11,7 @@ import type { Config } from '../../../config.ts';
 import type { JobType } from '../../../jobtypes/job-type.ts';
 import type { KubeApi, ReconnectingInformer } from '../../../kube/index.ts';
 import type { Logger } from '../../../logger.ts';
-import type { SessionOpenOptions, SessionSandbox } from '../../runtime.ts';
+import type { SessionOpenOptions, SessionSandbox } from '../../session.ts';
 import type { EgressCredentials } from '../runs/egress.ts';
 import { ensureJob } from '../runs/run-objects.ts';
 import { podEnd, podTrouble } from './session-decide.ts';

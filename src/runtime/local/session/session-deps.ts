@@ -7,7 +7,8 @@
 import type { Clock } from '../../../clock.ts';
 import type { Config } from '../../../config.ts';
 import type { JobType } from '../../../jobtypes/job-type.ts';
-import { SessionDependencyError, type RunObservation } from '../../runtime.ts';
+import { type RunObservation } from '../../runtime.ts';
+import { SessionDependencyError } from '../../session.ts';
 import { builtEnvironmentStep, type LocalBuilder } from '../builds/build.ts';
 import { prepareRequirements, type DepsCache, type Installer } from '../builds/deps.ts';
 
