@@ -14,7 +14,6 @@
  * work queue) retry with their own backoff. A failed call here simply rejects.
  */
 import {
-  ApiException,
   Observable,
   type ConfigurationOptions,
   type RequestContext,
@@ -33,12 +32,14 @@ import {
 import http from 'node:http';
 import https from 'node:https';
 import type { Writable } from 'node:stream';
-import { UnretryableError } from '../errors.ts';
+import { KubeTimeoutError, httpStatusOf, rethrow } from './api-errors.ts';
 import { attachToContainer, type AttachSession } from './attach.ts';
 import { CallGate } from './call-gate.ts';
 import { sendJson } from './send-json.ts';
 import { execInContainer, ExecError, type ExecResult } from './exec.ts';
 import type { ListResult } from './informer.ts';
+
+export { KubeTimeoutError, httpStatusOf, isApiUnavailable } from './api-errors.ts';
 
 /** How long one API call may take unless configured otherwise, ms. */
 export const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
@@ -51,61 +52,6 @@ export const MAX_API_SOCKETS = 32;
 
 /** How long one exec may take when its caller gives no limit, ms. */
 export const DEFAULT_EXEC_TIMEOUT_MS = 60_000;
-
-/** An API call that got no (complete) answer within its deadline: retryable, the server may recover. */
-export class KubeTimeoutError extends Error {
-  override readonly name = 'KubeTimeoutError';
-}
-
-/**
- * Whether an error (or its cause) says the API server is out of reach or overloaded — no answer
- * within the deadline, an exec it did not take, a 5xx or 429 — rather than anything about the
- * object asked for. Callers retrying in the background wait for the API instead of giving up.
- */
-export function isApiUnavailable(err: unknown): boolean {
-  for (let e = err, depth = 0; e && depth < 4; e = (e as { cause?: unknown }).cause, depth++) {
-    if (e instanceof KubeTimeoutError) return true;
-    if (e instanceof ExecError) return e.apiUnavailable;
-    const code = httpStatusOf(e);
-    if (code !== undefined) return code >= 500 || code === 429;
-  }
-  return false;
-}
-
-/** HTTP status of an API error, if it carries one. */
-export function httpStatusOf(err: unknown): number | undefined {
-  if (err instanceof ApiException) return err.code;
-  const e = err as { code?: unknown; statusCode?: unknown; httpStatus?: unknown } | null;
-  if (typeof e?.httpStatus === 'number') return e.httpStatus;
-  if (typeof e?.statusCode === 'number') return e.statusCode;
-  if (typeof e?.code === 'number') return e.code;
-  return undefined;
-}
-
-function messageOf(err: unknown): string {
-  if (err instanceof ApiException) {
-    const body = err.body as unknown;
-    let parsed: { message?: string } | undefined;
-    if (typeof body === 'string') {
-      try {
-        parsed = JSON.parse(body) as { message?: string };
-      } catch {
-        parsed = { message: body };
-      }
-    } else parsed = body as { message?: string } | undefined;
-    return `HTTP ${err.code}: ${parsed?.message ?? 'no message'}`;
-  }
-  return err instanceof Error ? err.message : String(err);
-}
-
-/** Rethrows a client error as retryable or not: 4xx other than 408/429 will not get better. */
-function rethrow(op: string, err: unknown): never {
-  const code = httpStatusOf(err);
-  if (code !== undefined && code >= 400 && code < 500 && code !== 408 && code !== 429) {
-    throw new UnretryableError(`${op}: ${messageOf(err)}`, 'internal_error', { cause: err });
-  }
-  throw new Error(`${op}: ${messageOf(err)}`, { cause: err });
-}
 
 /** The calls the service makes; one instance per client configuration. */
 export class KubeApi {
@@ -263,6 +209,19 @@ export class KubeApi {
       if (/HTTP 409/.test(String(err))) return false;
       throw err;
     }
+  }
+
+  /**
+   * Creates a Job and gives the uid the server gave it; `null` when one of that name exists (409).
+   * The answer is read as plain JSON for its uid only (send-json.ts): the runs' path needs no more.
+   */
+  createJobUid(job: V1Job): Promise<string | null> {
+    const namespace = job.metadata?.namespace ?? '';
+    if (this.kc.getCurrentCluster()?.proxyUrl) return this.createJob(job).then((j) => (j ? (j.metadata?.uid ?? '') : null));
+    const query = { timeout: `${Math.max(1, Math.ceil(this.requestTimeoutMs / 1000))}s` };
+    const apiPath = `/apis/batch/v1/namespaces/${encodeURIComponent(namespace)}/jobs`;
+    const send = (signal: AbortSignal) => sendJson(this.kc, (tls, secure) => this.agentFor(tls, secure), { method: 'POST', apiPath, query, body: job, signal, read: true });
+    return this.call('create job', (_o, signal) => send(signal).then((r) => (r.json as V1Job | undefined)?.metadata?.uid ?? ''), { status: 409, value: null });
   }
 
   /** Creates a Secret; `false` if one of that name exists (409). Its answer is not read (send-json.ts), but through a proxy. */

@@ -1,8 +1,8 @@
 /**
  * Two things of the client layer (src/kube/kube-api.ts) the run path leans on at scale, against the
- * fake API server: a Secret create whose 90 KB answer is not read (send-json.ts) still answers as
- * every other call does (created, 409, 5xx, 4xx, deadline), and no more than 32 calls are at work at
- * once (call-gate.ts): the rest wait, unbuilt, and keep their deadline.
+ * fake API server: the run's Secret and Job creates, which skip the generated client's model objects
+ * (send-json.ts), still answer as every other call does (created, 409, 5xx, 4xx, deadline), and no
+ * more than 32 calls are at work at once (call-gate.ts): the rest wait, unbuilt, and keep their deadline.
  */
 import type { V1Secret } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -75,24 +75,48 @@ describe('createSecret (answer not read)', () => {
   });
 });
 
+describe('createJobUid (answer read for its uid only)', () => {
+  const job = (name: string) => ({
+    apiVersion: 'batch/v1',
+    kind: 'Job',
+    metadata: { name, namespace: NS, labels: { 'sandpod.io/execution-id': name } },
+    spec: { template: { spec: { restartPolicy: 'Never', containers: [{ name: 'main', image: 'x' }] } } },
+  });
+
+  it("gives the stored Job's uid, null when the name is taken (409); refusals are errors as for every call", async () => {
+    const uid = await api.createJobUid(job('j-one'));
+    expect(uid).toBe(fake.get('jobs', NS, 'j-one')!.metadata.uid);
+    expect(uid).toMatch(/\S/);
+    expect(await api.createJobUid(job('j-one'))).toBeNull();
+    fake.failNext(/\/jobs$/, 503, 1, 'POST');
+    const e503 = await api.createJobUid(job('j-503')).catch((e: unknown) => e);
+    expect(isApiUnavailable(e503)).toBe(true);
+    fake.failNext(/\/jobs$/, 422, 1, 'POST');
+    expect(await api.createJobUid(job('j-422')).catch((e: unknown) => e)).toBeInstanceOf(UnretryableError);
+    expect(fake.get('jobs', NS, 'j-503')).toBeUndefined();
+  });
+});
+
 describe('calls at work at once', () => {
   it(`at most ${MAX_API_SOCKETS} reach the server while it holds them; the others wait and keep their deadline`, async () => {
+    // A deadline long enough for a loaded machine to see the calls arrive before it passes.
+    const gated = new KubeApi(fake.kubeConfig(), { requestTimeoutMs: 4000 });
     fake.hang({ path: /\/secrets$/, method: 'POST' });
     const from = fake.requests.length;
     try {
-      const calls = Array.from({ length: MAX_API_SOCKETS + 8 }, (_, i) => api.createSecret(secret(`s-gate-${i}`)).catch((e: unknown) => e));
-      await fake.waitFor(() => posts(from).length === MAX_API_SOCKETS, 2000, 'the first calls to arrive');
-      expect(api.gate.inUse).toBe(MAX_API_SOCKETS);
-      expect(api.gate.queued).toBe(8);
+      const calls = Array.from({ length: MAX_API_SOCKETS + 8 }, (_, i) => gated.createSecret(secret(`s-gate-${i}`)).catch((e: unknown) => e));
+      await fake.waitFor(() => posts(from).length === MAX_API_SOCKETS, 3000, 'the first calls to arrive');
+      expect(gated.gate.inUse).toBe(MAX_API_SOCKETS);
+      expect(gated.gate.queued).toBe(8);
       const errs = await Promise.all(calls);
       // Every call, sent or still waiting, failed at its deadline, counted from when it was made.
       expect(errs.every((e) => e instanceof KubeTimeoutError)).toBe(true);
-      expect(api.gate.inUse).toBe(0);
-      expect(api.gate.queued).toBe(0);
+      expect(gated.gate.inUse).toBe(0);
+      expect(gated.gate.queued).toBe(0);
     } finally {
       fake.clearHang();
     }
     // The gate is free again: a call goes through at once.
-    expect(await api.createSecret(secret('s-after'))).toBe(true);
+    expect(await gated.createSecret(secret('s-after'))).toBe(true);
   });
 });

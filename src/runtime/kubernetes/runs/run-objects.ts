@@ -11,12 +11,13 @@ import { ownSecret } from './build-job.ts';
 
 /**
  * Creates the run's Job, or takes the one an earlier attempt (or another replica) created under the
- * same deterministic name: 409 is success.
+ * same deterministic name: 409 is success. A Job made here comes back as it was sent with the uid the
+ * server gave it (callers need its name and uid); one taken over comes back as read.
  */
 export async function ensureJob(api: KubeApi, ns: string, job: V1Job, jobName: string): Promise<V1Job> {
   for (let waited = false; ; waited = true) {
-    const created = await api.createJob(job);
-    if (created?.metadata?.uid) return created;
+    const uid = await api.createJobUid(job);
+    if (uid) return { ...job, metadata: { ...job.metadata, uid } };
     const existing = await api.getJob(ns, jobName);
     if (!existing) throw new Error(`Job ${jobName} existed and vanished at once; retry`);
     if (!existing.metadata?.deletionTimestamp) return existing;
