@@ -14,7 +14,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { upgradeRefused, type AttachSession, type KubeApi } from '../../../kube/index.ts';
-import { SessionFrames, type SessionFrame } from '../../local/session/frames.ts';
+import { parseObject, SessionFrames, type SessionFrame } from '../../local/session/frames.ts';
 import { CONTAINERS } from '../names.ts';
 
 /** The collector's kinds beside the runner's: `f` answer, `d` file data, `a` outputs tar, `A` its end. */
@@ -37,15 +37,6 @@ interface Pending {
   reply?: Record<string, unknown>;
   chunks?: Buffer[];
   left?: number;
-}
-
-function parseObject(b: Buffer): Record<string, unknown> {
-  try {
-    const v = JSON.parse(b.toString('utf8')) as unknown;
-    return v && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : {};
-  } catch {
-    return {};
-  }
 }
 
 /** One attach to a session pod's collector. */

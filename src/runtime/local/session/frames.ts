@@ -18,7 +18,8 @@ export type SessionFrame =
 /** Largest frame accepted (a result is small; output frames are at most 64 KiB). */
 const MAX_FRAME = 1 << 20;
 
-function parseObject(b: Buffer): Record<string, unknown> {
+/** A frame's JSON object; `{}` for anything else (the runner's frames are not trusted). */
+export function parseObject(b: Buffer): Record<string, unknown> {
   try {
     const v = JSON.parse(b.toString('utf8')) as unknown;
     return v && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : {};
