@@ -379,16 +379,12 @@ class KubernetesRuntime implements Runtime {
   /** The live pod of a session another process held (a restarted replica), or null. */
   adoptSession = (sessionId: string): Promise<SessionSandbox | null> => this.sessions.adopt(sessionId);
 
-  /** The runner text, read once. */
+  /** The runner text, and the collector script of attach pods: each read once. */
   private runner(): string {
-    if (this.runnerSource === null) this.runnerSource = readFileSync(RUNNER_PATH, 'utf8');
-    return this.runnerSource;
+    return (this.runnerSource ??= readFileSync(RUNNER_PATH, 'utf8'));
   }
-
-  /** The collector script of attach pods, read once. */
   private deliver(): string {
-    if (this.deliverSource === null) this.deliverSource = readFileSync(DELIVER_PATH, 'utf8');
-    return this.deliverSource;
+    return (this.deliverSource ??= readFileSync(DELIVER_PATH, 'utf8'));
   }
 
   /** Deletes Jobs of this instance whose execution is terminal or unknown (SPEC §1.12), and those of ended sessions. */
