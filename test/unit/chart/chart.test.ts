@@ -319,8 +319,8 @@ describeRendered('RBAC', () => {
     const role = one(docs, 'Role', 'sandpod-runs');
     expect(role.metadata.namespace).toBe('sandpod-jobs');
     expect(rules(role)).toEqual({
-      // update: a warm-pool claim (PUT at the resourceVersion read); patch: the claimed pod's labels.
-      'batch/jobs': ['create', 'delete', 'get', 'list', 'update', 'watch'],
+      // patch: a warm-pool claim (a JSON patch with the read resourceVersion as precondition), and the claimed pod's labels.
+      'batch/jobs': ['create', 'delete', 'get', 'list', 'patch', 'update', 'watch'],
       'core/pods': ['delete', 'get', 'list', 'patch', 'watch'],
       // create: SPDY exec/attach (POST); get: WebSocket (GET) on clusters before 1.35's gate.
       'core/pods/attach': ['create', 'get'],
