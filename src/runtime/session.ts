@@ -74,6 +74,11 @@ export interface SessionSandbox {
   readonly workspaceDir?: string;
   /** The workspace's files where they are not on this host (the service reads a `workspaceDir` itself). */
   readonly files?: SessionFiles;
+  /**
+   * Taken ready from the runtime's warm pool of session sandboxes (issue 19: "from the warm pool when one
+   * is ready"), rather than started for this session.
+   */
+  readonly warm?: boolean;
   /** Runs one cell (one at a time); a crash or OOM during it resolves too, and ends the sandbox. */
   runCell(c: CellSpec): Promise<RawRun>;
   /** How it ended; null while it lives. */
