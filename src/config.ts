@@ -163,11 +163,14 @@ export const ConfigSchema = v.pipe(
      * Local warm sandboxes (issue 10; src/runtime/local/pool/sandbox-pool.ts). `sizes`: waiting sandboxes
      * per job type name (which types are kept warm); null (the default) means `{ default:
      * min(4, max_workers) }`, `{}` turns the pool off. A sandbox waiting longer than `max_idle_sec`
-     * is replaced; at most `max_starting` start at once.
+     * is replaced; at most `max_starting` start at once. `session_sizes`: ready session sandboxes per
+     * job type name, on both runtimes (issue 19; null means `{ default: 1 }`, `{}` keeps none unless
+     * used: a type whose sessions were opened within `max_idle_sec` keeps at least one).
      */
     warm_pool: v.optional(
       v.object({
         sizes: v.optional(v.nullable(v.record(v.string(), int(0, 64))), null),
+        session_sizes: v.optional(v.nullable(v.record(v.string(), int(0, 16))), null),
         max_idle_sec: v.optional(int(1), 300),
         max_starting: v.optional(int(1, 16), 2),
         /**
@@ -254,6 +257,11 @@ export type Config = Readonly<v.InferOutput<typeof ConfigSchema>>;
 /** Warm sandboxes wanted per job type name: `warm_pool.sizes`, or its default. */
 export function warmPoolSizes(config: Pick<Config, 'warm_pool' | 'max_workers'>): Record<string, number> {
   return config.warm_pool.sizes ?? { default: Math.min(4, config.max_workers) };
+}
+
+/** Ready session sandboxes wanted per job type name (issue 19): `warm_pool.session_sizes`, or its default. */
+export function sessionPoolSizes(config: Pick<Config, 'warm_pool'>): Record<string, number> {
+  return config.warm_pool.session_sizes ?? { default: 1 };
 }
 
 /** `max_input_bytes` default with the Kubernetes runtime. */

@@ -131,6 +131,7 @@ export async function createService(config: Config, o: ServiceOverrides = {}): P
   const registry: JobTypeRegistry = builds;
   currentTypes = registry;
   metrics.watchWarmPool(() => runtime.warmPoolStats?.() ?? []);
+  metrics.watchSessionPool(() => runtime.sessionPoolStats?.() ?? []);
   metrics.watchLeadership(() => runtime.leadership?.() ?? null);
   const slots = new Slots(config.max_workers);
   const executions = new Executions({

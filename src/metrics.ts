@@ -6,6 +6,7 @@
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { LeadershipStatus, WarmPoolStats } from './runtime/runtime.ts';
+import type { SessionPoolStats } from './runtime/session.ts';
 import type { ExecutionRow } from './store/database.ts';
 
 /** prom-client default gauges that repeat `sum(<name without _total>)` under a counter's suffix. */
@@ -39,6 +40,7 @@ export class Metrics {
   /** Webhook attempts by what followed them (issue 21; the chart alerts on `failed`). */
   readonly webhookDeliveries: Counter<'outcome'>;
   private warmSource: () => WarmPoolStats[] = () => [];
+  private sessionPoolSource: () => SessionPoolStats[] = () => [];
   private leaderSource: () => LeadershipStatus | null = () => null;
   private authSource: () => AuthStats | null = () => null;
 
@@ -169,6 +171,44 @@ export class Metrics {
         for (const s of warm()) if (s.restored !== undefined) this.inc({ job_type: s.job_type }, s.restored);
       },
     });
+    // Ready session sandboxes (issue 19), read from the runtime at scrape time.
+    const sessionPool = () => this.sessionPoolSource();
+    new Gauge({
+      name: 'sandpod_session_pool_sandboxes',
+      help: 'Session sandboxes kept ahead per job type: ready (waiting for a session) or starting',
+      labelNames: ['job_type', 'state'],
+      registers,
+      collect() {
+        this.reset();
+        for (const s of sessionPool()) {
+          this.set({ job_type: s.job_type, state: 'ready' }, s.ready);
+          this.set({ job_type: s.job_type, state: 'starting' }, s.starting);
+        }
+      },
+    });
+    new Gauge({
+      name: 'sandpod_session_pool_target',
+      help: 'Wanted ready session sandboxes per job type (warm_pool.session_sizes, at least 1 while sessions of the type are opened)',
+      labelNames: ['job_type'],
+      registers,
+      collect() {
+        this.reset();
+        for (const s of sessionPool()) this.set({ job_type: s.job_type }, s.target);
+      },
+    });
+    new Counter({
+      name: 'sandpod_session_pool_claims_total',
+      help: 'Sessions without extra requirements by whether a ready session sandbox was there (hit) or the session started its own (miss)',
+      labelNames: ['job_type', 'outcome'],
+      registers,
+      collect() {
+        this.reset();
+        for (const s of sessionPool()) {
+          this.inc({ job_type: s.job_type, outcome: 'hit' }, s.hits);
+          this.inc({ job_type: s.job_type, outcome: 'miss' }, s.misses);
+        }
+      },
+    });
     // API tokens (issue 22): a tokens file whose change left it unusable refuses every request.
     const auth = () => this.authSource();
     new Counter({
@@ -224,6 +264,11 @@ export class Metrics {
   /** Where the warm sandbox series come from (the runtime's pools). */
   watchWarmPool(source: () => WarmPoolStats[]): void {
     this.warmSource = source;
+  }
+
+  /** Where the session pool series come from (the runtime's ready session sandboxes). */
+  watchSessionPool(source: () => SessionPoolStats[]): void {
+    this.sessionPoolSource = source;
   }
 
   /** Where leadership comes from (the Kubernetes runtime). */

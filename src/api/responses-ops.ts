@@ -124,6 +124,10 @@ export const PoolStatsSchema = v.pipe(
       ),
       v.description('Warm sandboxes per job type (local runtime; empty when none are kept): waiting counts, ages of the ready ones, runs that found one (hits) or started cold (misses); target follows demand with warm_pool.autoscale; refill_ms is the mean start-to-ready time; restored counts sandboxes restored from a checkpoint (gVisor, warm_pool.restore)'),
     ),
+    sessions: v.pipe(
+      v.array(v.strictObject({ job_type: v.string(), target: nonNegInt, ready: nonNegInt, starting: nonNegInt, hits: nonNegInt, misses: nonNegInt })),
+      v.description('Session sandboxes kept ready per job type (issue 19; empty when none are kept): target is warm_pool.session_sizes, at least 1 while sessions of the type are opened; hits and misses count sessions without extra requirements that found a ready one or started their own'),
+    ),
   }),
   ref('PoolStats', 'Slots are this process\'s; the queue is shared by every process on the database.'),
 );

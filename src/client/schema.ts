@@ -1154,6 +1154,15 @@ export interface components {
                 queued: number;
                 running: number;
             };
+            /** @description Session sandboxes kept ready per job type (issue 19; empty when none are kept): target is warm_pool.session_sizes, at least 1 while sessions of the type are opened; hits and misses count sessions without extra requirements that found a ready one or started their own */
+            sessions: {
+                hits: number;
+                job_type: string;
+                misses: number;
+                ready: number;
+                starting: number;
+                target: number;
+            }[];
             slots: {
                 busy: number;
                 free: number;
@@ -1216,6 +1225,8 @@ export interface components {
             /** @enum {string} */
             status: "starting" | "ready" | "busy" | "ended";
             timeout: number;
+            /** @description Its sandbox came ready from the runtime's session pool (warm_pool.session_sizes) rather than being started for it; false while it starts */
+            warm: boolean;
         };
         /** @description A new session (issue 19). */
         SessionRequest: {

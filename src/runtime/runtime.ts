@@ -7,7 +7,7 @@
  * the record's status: `executions/classify.ts` does that, the same way for every runtime.
  */
 import type { BuiltEnvironment, JobType } from '../jobtypes/job-type.ts';
-import type { SessionOpenOptions, SessionSandbox } from './session.ts';
+import type { SessionOpenOptions, SessionPoolStats, SessionSandbox } from './session.ts';
 
 export type { BuiltEnvironment, LockedRequirement } from '../jobtypes/job-type.ts';
 
@@ -267,6 +267,8 @@ export interface Runtime {
   adoptSession?(sessionId: string): Promise<SessionSandbox | null>;
   /** Warm sandbox pools per job type (runtimes that keep them; issue 10). */
   warmPoolStats?(): WarmPoolStats[];
+  /** Ready session sandboxes per job type (issue 19; runtimes that keep them). */
+  sessionPoolStats?(): SessionPoolStats[];
   /** Leader election among replicas (runtimes with cluster-wide loops; issue 20). */
   leadership?(): LeadershipStatus;
   /** At the start of a shutdown: gives up cluster-wide duties (releases the leader Lease); runs in flight go on. */

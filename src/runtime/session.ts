@@ -20,6 +20,25 @@ export interface SessionOpenOptions {
   lifetimeSec?: number;
 }
 
+/**
+ * A runtime's ready session sandboxes of one job type (`/pool/stats` `sessions`, `/metrics`
+ * `sandpod_session_pool_*`; sizing: runtime/session-pool-sizing.ts).
+ */
+export interface SessionPoolStats {
+  job_type: string;
+  /** Wanted ready sandboxes now: `warm_pool.session_sizes`, at least 1 while the type is used. */
+  target: number;
+  ready: number;
+  starting: number;
+  /**
+   * Sessions of the type asking for no requirements beyond its own that got a ready sandbox (hits) or
+   * started their own because none was ready (misses), since the start. Sessions with extra
+   * requirements never take one and count as neither.
+   */
+  hits: number;
+  misses: number;
+}
+
 /** The session's requirements could not be installed: the caller's to fix (pip's words in the message). */
 export class SessionDependencyError extends Error {
   override readonly name = 'SessionDependencyError';

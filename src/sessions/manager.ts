@@ -173,7 +173,7 @@ export class SessionManager {
       throw new AppError('service_unavailable', `the session's sandbox could not be started: ${(err as Error).message}`);
     }
     this.hold(id, sandbox, extra, 0);
-    const row = await updateLiveSession(db.kysely, id, { status: 'ready' });
+    const row = await updateLiveSession(db.kysely, id, { status: 'ready', warm: sandbox.warm === true });
     if (!row) throw new AppError('conflict', `session '${id}' ended while it started`);
     return row;
   }

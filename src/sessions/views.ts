@@ -28,5 +28,6 @@ export function sessionView(r: SessionRow): Record<string, unknown> {
     idle_timeout: r.idle_timeout_s,
     max_lifetime: r.max_lifetime_s,
     timeout: r.cell_timeout_s,
+    warm: r.warm === true,
   };
 }

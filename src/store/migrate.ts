@@ -16,6 +16,7 @@ import * as m0010 from './migrations/0010_sessions.ts';
 import * as m0011 from './migrations/0011_holder_leases.ts';
 import * as m0012 from './migrations/0012_session_adoption.ts';
 import * as m0013 from './migrations/0013_session_handoff.ts';
+import * as m0014 from './migrations/0014_session_warm.ts';
 
 /** Static provider: migrations are imported, so bundling and tsx both find them. */
 const provider: MigrationProvider = {
@@ -34,6 +35,7 @@ const provider: MigrationProvider = {
       '0011_holder_leases': m0011,
       '0012_session_adoption': m0012,
       '0013_session_handoff': m0013,
+      '0014_session_warm': m0014,
     };
   },
 };

@@ -195,6 +195,8 @@ export interface SessionsTable {
   requirements: string | null;
   /** A live replica that asked the holder to let the session go (Kubernetes hand-over); null otherwise. */
   handoff_to: string | null;
+  /** Its sandbox came ready from the runtime's session pool (set once it started). */
+  warm: Generated<boolean>;
 }
 
 /** A holder's liveness lease (src/queue/leases.ts): renewed on the database's clock. */

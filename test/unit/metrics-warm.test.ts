@@ -23,3 +23,16 @@ describe('warm pool metrics', () => {
     expect(text).not.toContain('sandpod_warm_restored_total{job_type="b"}');
   });
 });
+
+describe('session pool metrics', () => {
+  it('target, ready and starting, hits and misses per job type', async () => {
+    const m = new Metrics();
+    m.watchSessionPool(() => [{ job_type: 'default', target: 1, ready: 1, starting: 0, hits: 3, misses: 2 }]);
+    const text = await m.registry.metrics();
+    expect(text).toContain('sandpod_session_pool_target{job_type="default"} 1');
+    expect(text).toContain('sandpod_session_pool_sandboxes{job_type="default",state="ready"} 1');
+    expect(text).toContain('sandpod_session_pool_sandboxes{job_type="default",state="starting"} 0');
+    expect(text).toContain('sandpod_session_pool_claims_total{job_type="default",outcome="hit"} 3');
+    expect(text).toContain('sandpod_session_pool_claims_total{job_type="default",outcome="miss"} 2');
+  });
+});

@@ -134,6 +134,9 @@ src/config.ts ConfigSchema (a test parses this with the service's own parseConfi
 {{- $_ := set $k8s "build_ephemeral_storage" .resources.ephemeralStorage }}
 {{- end }}
 {{- $_ := set $cfg "kubernetes" $k8s }}
+{{- if kindIs "map" .Values.runs.warmPool.sessionSizes }}
+{{- $_ := set $cfg "warm_pool" (dict "session_sizes" .Values.runs.warmPool.sessionSizes) }}
+{{- end }}
 {{- with .Values.webhooks }}
 {{- if .enabled }}
 {{- $_ := set $cfg "webhooks" (dict

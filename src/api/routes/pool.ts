@@ -1,6 +1,6 @@
 /**
  * `GET /pool/stats` (SPEC §4.11, shape ours): this process's worker slots, the shared queue's depth
- * and age, per-job-type counts, and the runtime's warm sandboxes per job type (issue 10).
+ * and age, per-job-type counts, the runtime's warm sandboxes per job type (issue 10) and its ready session sandboxes (issue 19).
  */
 import { Hono } from 'hono';
 import { describeRoute } from 'hono-openapi';
@@ -23,6 +23,7 @@ export function poolRoutes(deps: AppDeps) {
         by_job_type: q.by_job_type,
         breaker: deps.breaker.snapshot().state,
         warm: (deps.runtime.warmPoolStats?.() ?? []).map(({ handover_retries: _retries, ...s }) => s),
+        sessions: deps.runtime.sessionPoolStats?.() ?? [],
       });
     },
   );

@@ -31,6 +31,7 @@ const SessionSchema = v.pipe(
     idle_timeout: v.number(),
     max_lifetime: v.number(),
     timeout: v.number(),
+    warm: v.pipe(v.boolean(), v.description('Its sandbox came ready from the runtime\'s session pool (warm_pool.session_sizes) rather than being started for it; false while it starts')),
   }),
   v.metadata({ ref: 'Session' }),
 );

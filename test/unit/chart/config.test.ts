@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { beforeAll, expect, it } from 'vitest';
 import { ConfigSchema, parseConfig } from '../../../src/config.ts';
-import { CHART_DIR, DB_URL, TOOL_BUILD_TIMEOUT_MS, describeRendered, one, prepareRenderer, renderOk, withDb } from '../../support/chart.ts';
+import { CHART_DIR, DB_URL, TOOL_BUILD_TIMEOUT_MS, describeRendered, one, prepareRenderer, render, renderOk, withDb } from '../../support/chart.ts';
 
 beforeAll(() => prepareRenderer(), TOOL_BUILD_TIMEOUT_MS);
 
@@ -115,6 +115,17 @@ describeRendered('rendered SVC_CONFIG', () => {
     });
     expect(cfg.docker_image).toBe('registry.local/exec:2.0.0');
     expect(cfg.container_runtime).toBe('sandbox');
+  });
+
+  it('renders runs.warmPool.sessionSizes as warm_pool.session_sizes (null: the service default)', () => {
+    expect(parseConfig(renderedConfig(), POD_ENV).warm_pool.session_sizes).toBeNull();
+    const set = parseConfig(renderedConfig(['--set', 'runs.warmPool.sessionSizes.default=2', '--set', 'runs.warmPool.sessionSizes.ml=0']), POD_ENV);
+    expect(set.warm_pool.session_sizes).toEqual({ default: 2, ml: 0 });
+    // An empty map keeps none configured (not the default).
+    expect(parseConfig(renderedConfig(['--set-json', 'runs.warmPool.sessionSizes={}']), POD_ENV).warm_pool.session_sizes).toEqual({});
+    const over = render(withDb('--set', 'runs.warmPool.sessionSizes.default=17'));
+    expect(over.code).not.toBe(0);
+    expect(over.stderr).toMatch(/sessionSizes/);
   });
 
   it('passes every user-settable key through with its value', () => {
