@@ -63,6 +63,29 @@ describe('kubernetes runtime against the fake API server', () => {
     expect(calls.length).toBeLessThanOrEqual(8);
   });
 
+  it('a run reports once its outputs are in, without waiting for the release exec (sent all the same)', async () => {
+    const s = spec();
+    const before = fake.execs.length;
+    // The release exec answers only after 3 s; the run must not wait for it.
+    fake.onExec((call) => (call.command.join(' ').includes('/control/release') ? { delayMs: 3000 } : undefined));
+    try {
+      const running = rt.run(s);
+      const pod = await podOf(fake, s);
+      fake.schedule(pod);
+      fake.mainRunning(pod);
+      fake.setOutput(pod, { phase: 'completed', stdout: 'ok\n', report: { phase: 'completed', exit_code: 0 } });
+      fake.mainTerminated(pod, 0);
+      const t0 = performance.now();
+      const raw = await running;
+      expect(performance.now() - t0).toBeLessThan(2000);
+      expect(raw.observation).toMatchObject({ exitCode: 0, phase: 'completed' });
+      expect(raw.stdout).toBe('ok\n');
+      await fake.waitFor(() => fake.execs.slice(before).some((e) => e.pod === pod && e.command.join(' ').includes('/control/release')), 2000, 'release exec');
+    } finally {
+      fake.onExec(null);
+    }
+  });
+
   it('a run writing 1,500 files: the first 1,000 by name listed, all counted, the list flagged, the result kept', async () => {
     const s = spec();
     const running = rt.run(s);

@@ -350,22 +350,13 @@ export class RunController {
         await collectOutputs(this.outputDeps(), run, action.pod, action.early ?? false);
         return true;
       case 'release':
-        if (run.state.warm) {
-          // A warm run's program ended by its own word (`done`): its outcome is known once the outputs
-          // are in, so the collector is let go in the background and the run reports at once.
-          run.state.released = true;
-          void this.opts.api.exec(ns, action.pod, CONTAINERS.collector, RELEASE_COMMAND, { timeoutMs: this.opts.execTimeoutMs ?? 30_000 }).catch((err: unknown) => {
-            this.log.warn({ execution_id: run.state.executionId, err: String(err) }, 'could not release the collector');
-          });
-          return true;
-        }
-        try {
-          await this.opts.api.exec(ns, action.pod, CONTAINERS.collector, RELEASE_COMMAND, { timeoutMs: this.opts.execTimeoutMs ?? 30_000 });
-        } catch (err) {
-          // The outputs are safe; a collector we cannot reach ends with the Job's deadline anyway.
-          this.log.warn({ execution_id: run.state.executionId, err: String(err) }, 'could not release the collector');
-        }
+        // The outputs are in, so the run's outcome is known: the collector is let go in the background
+        // and the run reports at once (awaiting the exec put a second exec round trip on every cold
+        // run's report, its tail under load). A collector we cannot reach ends with the Job's deadline.
         run.state.released = true;
+        void this.opts.api.exec(ns, action.pod, CONTAINERS.collector, RELEASE_COMMAND, { timeoutMs: this.opts.execTimeoutMs ?? 30_000 }).catch((err: unknown) => {
+          this.log.warn({ execution_id: run.state.executionId, err: String(err) }, 'could not release the collector');
+        });
         return true;
       case 'finish':
         this.finish(key, run, action.observation);
