@@ -9,6 +9,7 @@
 import http from 'node:http';
 import https from 'node:https';
 import { ApiException, type KubeConfig } from '@kubernetes/client-node';
+import { jsonBytes } from './json-bytes.ts';
 
 /** One write: `body` goes as JSON to `apiPath` (with `query`). */
 export interface JsonWrite {
@@ -34,7 +35,7 @@ export async function sendJson(kc: KubeConfig, agentFor: (tls: https.RequestOpti
   const opts: https.RequestOptions = {};
   await kc.applyToHTTPSOptions(opts);
   w.signal.throwIfAborted();
-  const body = Buffer.from(JSON.stringify(w.body));
+  const body = jsonBytes(w.body);
   const headers: http.OutgoingHttpHeaders = {
     ...(opts.headers as http.OutgoingHttpHeaders | undefined),
     accept: 'application/json',
