@@ -48,9 +48,9 @@ export function modesOf(engine: (typeof REAL_ENGINES)[number]): RunMode[] {
 export const PRELOAD = ['ctypes', 'socket', 'subprocess', 'threading', 'ssl', 'json', 'urllib.request'];
 export type RunMode = (typeof RUN_MODES)[number];
 
-/** Config keys of a mode: no configured pools (a warm run prewarms its own job type). */
+/** Config keys of a mode: no configured pools, of runs or sessions (a warm run prewarms its own job type). */
 export function modeConfig(mode: RunMode): Record<string, unknown> {
-  return { warm_pool: { sizes: {}, ...(mode === 'restored' ? { restore: true } : {}) } };
+  return { warm_pool: { sizes: {}, session_sizes: {}, ...(mode === 'restored' ? { restore: true } : {}) } };
 }
 
 /**

@@ -35,10 +35,10 @@ import { FileJobTypeRegistry, type JobType } from '../../jobtypes/job-type.ts';
 import { silentLogger, type Logger } from '../../logger.ts';
 import { baseObservation } from '../run-output.ts';
 import { RunGoneError, type RawRun, type RunOptions, type RunSpec, type Runtime, type RuntimeHealth, type WarmPoolStats } from '../runtime.ts';
-import { type SessionOpenOptions, type SessionSandbox } from '../session.ts';
+import { type SessionOpenOptions, type SessionPoolStats, type SessionSandbox } from '../session.ts';
 import { LocalBuilder } from './builds/build.ts';
 import { DepsCache } from './builds/deps.ts';
-import { sandboxInstaller, type InstallContext } from './builds/install-sandbox.ts';
+import type { InstallContext } from './builds/install-sandbox.ts';
 import { detectCgroups, type CgroupSupport } from './cgroups.ts';
 import { chooseEngine, defaultInterpreter } from './engine-probe.ts';
 import { findEngineBinaries, type EngineBinaries, type EngineName } from './engines.ts';
@@ -53,8 +53,8 @@ import { runscDelete } from './runs/proc.ts';
 import { RunDir, sandboxId } from './runs/run-dir.ts';
 import type { Prepared, RunContext, RunState } from './runs/run-state.ts';
 import { execute, finish, observe, openEgress, placeInCgroups, prepareRequirements, runLimits } from './runs/steps.ts';
-import { sessionDeps } from './session/session-deps.ts';
-import { LocalSessionSandbox } from './session/session-sandbox.ts';
+import { SessionPool } from './session/session-pool.ts';
+import { newLocalSessionPool, startSessionSandbox } from './session/start-session.ts';
 import { runWarm } from './runs/warm-run.ts';
 import { SandboxHost } from './sandbox.ts';
 import { Spawner } from './spawner.ts';
@@ -79,6 +79,7 @@ export interface LocalRuntime extends Runtime {
   reserve(spec: RunSpec): void;
   unreserve(executionId: string): void;
   warmPoolStats(): WarmPoolStats[];
+  sessionPoolStats(): SessionPoolStats[];
 }
 
 /** Most warm processes kept, whatever max_workers says. */
@@ -108,6 +109,8 @@ class LocalRuntimeImpl implements LocalRuntime {
   private readonly ctx: RunContext;
   private readonly probeErrors: Partial<Record<EngineName, string>> = {};
   private gvisorWorks = false;
+  /** Ready session sandboxes per job type (session/session-pool.ts); null where sessions cannot run. */
+  private sessionPool: SessionPool | null = null;
   /** Job-type builds (build.ts): usable once started. */
   readonly builder: LocalBuilder;
 
@@ -162,6 +165,8 @@ class LocalRuntimeImpl implements LocalRuntime {
     this.p = { engine, host, cgroups, deps, runsDir, runsTmpfs, spawner, warm, sandboxes };
     warm?.refill();
     sandboxes?.tick();
+    this.sessionPool = newLocalSessionPool(this.ctx, this.p);
+    this.sessionPool?.tick();
     this.log.info(
       { engine, limits: cgroups ? `cgroups-v${cgroups.version}` : 'rlimits', orphan_cgroups: orphans, runs_tmpfs: runsTmpfs },
       engine === 'process' ? 'local runtime started WITHOUT isolation (process engine)' : 'local runtime started',
@@ -235,20 +240,20 @@ class LocalRuntimeImpl implements LocalRuntime {
     });
   }
 
-  /** A session's sandbox (issue 19; session/session-sandbox.ts): needs cgroups and a real engine. */
+  /**
+   * A session's sandbox (issue 19; session/): a ready one from the session pool when there is one of
+   * its job type and it asks for no requirements beyond the type's, else one started for it, by the
+   * same function (session/start-session.ts). Needs cgroups and a real engine.
+   */
   async openSession(jobType: JobType, o: SessionOpenOptions): Promise<SessionSandbox> {
     const p = this.p;
     if (!p) throw new Error('local runtime is not started');
-    const interpreter = this.config.python_interpreters[jobType.pythonVersion];
-    if (!interpreter) throw new Error(`no interpreter configured for python ${jobType.pythonVersion} (python_interpreters)`);
-    if (!p.cgroups || !p.spawner || p.engine === 'process') throw new Error('sessions need cgroups and a real sandbox engine (gVisor or bubblewrap)');
-    const { host, cgroups, spawner, runsDir } = p;
-    const t0 = this.clock.now();
-    const ctx = { builder: this.builder, config: this.config, clock: this.clock, deps: p.deps, install: sandboxInstaller(this.installContext(p), interpreter), interpreter };
-    const depsDir = await sessionDeps(ctx, jobType, o.requirements ?? [], t0 + o.startupMs);
-    const deps = { host, cgroups, spawner, runsDir, runsc: this.bins.runsc, interpreter, log: this.log, now: () => this.clock.now() };
-    const startupMs = Math.max(1000, o.startupMs - (this.clock.now() - t0));
-    return LocalSessionSandbox.start({ ...deps, limitsFor: (jt, memoryBytes) => runLimits(host.engine, jt, memoryBytes, false) }, jobType, o.maxStreamBytes, startupMs, depsDir);
+    const pooled = this.sessionPool?.take(jobType, o.requirements ?? [], o.maxStreamBytes, this.config.max_stdout_bytes);
+    return pooled ?? startSessionSandbox(this.ctx, p, jobType, o);
+  }
+
+  sessionPoolStats(): SessionPoolStats[] {
+    return this.sessionPool?.stats() ?? [];
   }
 
   async prewarm(jobType: JobType, size = 1, requirements: readonly string[] = jobType.requirements): Promise<void> {
@@ -271,6 +276,8 @@ class LocalRuntimeImpl implements LocalRuntime {
     this.reservations.clear();
     this.p?.warm?.stop();
     await this.p?.sandboxes?.stop();
+    await this.sessionPool?.stop();
+    this.sessionPool = null;
     // Warm sandboxes of ended runs still waiting for their teardown go now (the stopped pool refills nothing).
     for (const t of [...this.teardowns]) t();
     await Promise.allSettled([...this.cleanups]);

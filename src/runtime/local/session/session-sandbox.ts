@@ -50,6 +50,8 @@ export class LocalSessionSandbox implements SessionSandbox {
   private readonly endListeners: ((e: SessionEnd) => void)[] = [];
   private readyResolve!: () => void;
   private readonly ready = new Promise<void>((r) => (this.readyResolve = r));
+  /** Taken ready from the runtime's session pool (session-pool.ts) rather than started for its session. */
+  warm = false;
 
   private constructor(
     private readonly d: SessionSandboxDeps,
