@@ -161,6 +161,21 @@ export class KubeApi {
     }
   }
 
+  /** {@link patchJobIfUnchanged} for a Pod: `null` on 409 (changed since it was read) or 404 (gone). */
+  async patchPodIfUnchanged(namespace: string, name: string, ops: object[]): Promise<V1Pod | null> {
+    try {
+      return await this.call('patch pod', (o) => this.core.patchNamespacedPod({ namespace, name, body: ops }, o), { status: 409, value: null });
+    } catch (err) {
+      if (httpStatusOf((err as { cause?: unknown }).cause ?? err) === 404 || /HTTP 404/.test(String(err))) return null;
+      throw err;
+    }
+  }
+
+  /** Reads a Pod; `null` when absent. */
+  getPod(namespace: string, name: string): Promise<V1Pod | null> {
+    return this.call('get pod', (o) => this.core.readNamespacedPod({ namespace, name }, o), { status: 404, value: null });
+  }
+
   /** Applies a JSON patch (RFC 6902) to a Pod; `null` when it is gone. */
   patchPod(namespace: string, name: string, ops: object[]): Promise<V1Pod | null> {
     return this.call('patch pod', (o) => this.core.patchNamespacedPod({ namespace, name, body: ops }, o), { status: 404, value: null });

@@ -21,7 +21,7 @@ import { baseObservation, emptyRun } from '../run-output.ts';
 import { patchJobTypeStatus } from '../../jobtypes/kubernetes-registry.ts';
 import { KubernetesBuilder } from './builds/builder.ts';
 import { assertHeld, type Builder, type LeadershipStatus, type WarmPoolStats, type RawRun, type RunOptions, type RunSpec, type Runtime, type RuntimeHealth, type RuntimeHooks } from '../runtime.ts';
-import { type SessionOpenOptions, type SessionSandbox } from '../session.ts';
+import { type SessionOpenOptions, type SessionPoolStats, type SessionSandbox } from '../session.ts';
 import { KubeSessions } from './session/sessions.ts';
 import type { JobType } from '../../jobtypes/job-type.ts';
 import { buildJob } from './runs/build-job.ts';
@@ -166,7 +166,7 @@ class KubernetesRuntime implements Runtime {
       ...(t.handOverTimeoutMs !== undefined ? { handOverTimeoutMs: t.handOverTimeoutMs } : {}),
     });
     const collector = readFileSync(SESSION_COLLECTOR_PATH, 'utf8');
-    this.sessions = new KubeSessions({ api: this.api, config, pods: this.controller.pods, clock: this.clock, log: this.log, runtimeClassName: () => this.runtimeClass.forRun(), runnerSource: () => this.runner(), collectorSource: () => collector, egress: this.egress });
+    this.sessions = new KubeSessions({ api: this.api, config, pods: this.controller.pods, jobs: this.controller.jobs, clock: this.clock, log: this.log, runtimeClassName: () => this.runtimeClass.forRun(), runnerSource: () => this.runner(), collectorSource: () => collector, egress: this.egress });
     this.earlierDeps = { api: this.api, controller: this.controller, attached: this.attached, ns: this.ns, instance: config.kubernetes.instance, log: this.log };
     if (config.kubernetes.build_registry) {
       this.builder = new KubernetesBuilder({
@@ -194,9 +194,8 @@ class KubernetesRuntime implements Runtime {
     return { controller: this.controller, api: this.api, pool: this.pool };
   }
 
-  warmPoolStats(): WarmPoolStats[] {
-    return this.pool?.stats() ?? [];
-  }
+  warmPoolStats = (): WarmPoolStats[] => this.pool?.stats() ?? [];
+  sessionPoolStats = (): SessionPoolStats[] => this.sessions.poolStats();
 
   async start(): Promise<void> {
     if (this.started) return;
@@ -216,6 +215,7 @@ class KubernetesRuntime implements Runtime {
       onChange: () => {
         this.healthCache = null;
         void this.pool?.kick();
+        this.sessions.kickPool();
       },
     });
     await this.leader.start();
@@ -236,6 +236,7 @@ class KubernetesRuntime implements Runtime {
         ...(this.options.tuning?.poolRefillDelayMs !== undefined ? { refillDelayMs: this.options.tuning.poolRefillDelayMs } : {}),
       });
       this.pool.start();
+      this.sessions.startPool(jobTypes, () => this.leader?.leading ?? true, this.options.tuning?.poolIntervalMs);
     }
     if (this.config.kubernetes.preflight) await this.startPreflight();
   }
@@ -274,6 +275,7 @@ class KubernetesRuntime implements Runtime {
     this.preflight?.stop();
     this.networkCheck?.stop();
     this.pool?.stop();
+    this.sessions.stopPool();
     this.controller.stop();
     this.started = false;
   }

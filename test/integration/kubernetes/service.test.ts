@@ -18,6 +18,8 @@ let restoreKubeconfig: (() => void) | undefined;
 
 const K8S = {
   runtime: 'kubernetes',
+  // Runs only: no ready session pods (their pending pods would be taken for the runs' here).
+  warm_pool: { session_sizes: {} },
   kubernetes: { executor_image: 'sandpod/executor:test', deadline_grace_seconds: 5, watch_job_types: true, preflight: false },
 };
 

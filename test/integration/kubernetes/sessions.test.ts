@@ -8,6 +8,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SESSION_LABELS } from '../../../src/runtime/kubernetes/session/session-job.ts';
+import { SESSION_POOL_LABELS } from '../../../src/runtime/kubernetes/session/session-pool-plan.ts';
 import { freshDatabase, type TestDatabase } from '../../support/db.ts';
 import { FakeKube, useFakeKubeconfig } from '../../support/kube-runtime.ts';
 import { startTestService, type TestService } from '../../support/service.ts';
@@ -47,6 +48,24 @@ afterAll(async () => {
 });
 
 describe('sessions on the Kubernetes runtime (fake API server, real runner and collector)', () => {
+  it('a session takes the ready pooled session pod (warm_pool.session_sizes default: one of default); state and files work there', async () => {
+    const stats = () => svc.runtime.sessionPoolStats!().find((x) => x.job_type === 'default');
+    await fake.waitFor(() => (stats()?.ready ?? 0) >= 1, 20_000, 'a ready pooled session pod');
+    const hits = stats()!.hits;
+    const pooled = fake.list('pods', NS).filter((p) => p.metadata.labels?.[SESSION_POOL_LABELS.pool] && !p.metadata.labels?.[SESSION_LABELS.sessionId] && !p.metadata.deletionTimestamp);
+    expect(pooled).toHaveLength(1);
+    const s = await create();
+    const pod = podOf(s.session_id)!;
+    expect(pod.metadata.name).toBe(pooled[0]!.metadata.name);
+    expect(pod.metadata.labels?.['job-name']).toMatch(/^sps-p-/);
+    expect(stats()!.hits).toBe(hits + 1);
+    expect(await exec(s.session_id, { code: 'y = 2' })).toMatchObject({ success: true, cell: 1 });
+    expect((await svc.app.request(`/sessions/${s.session_id}/files/in.txt`, { method: 'PUT', headers: { 'content-type': 'application/octet-stream' }, body: 'abc' })).status).toBe(201);
+    expect(await exec(s.session_id, { code: 'print(y * 2, open("in.txt").read())' })).toMatchObject({ success: true, stdout: '4 abc\n', cell: 2 });
+    expect((await json(await close(s.session_id)))).toMatchObject({ status: 'ended', end_reason: 'closed' });
+    await fake.waitFor(() => !fake.list('jobs', NS).some((j) => j.metadata.name === pod.metadata.labels?.['job-name']), 5000, 'the claimed Job deleted');
+  }, 60_000);
+
   it('keeps state across cells in its own pod; each cell is an execution record with its own artifacts', async () => {
     const s = await create({ idle_timeout: 600 });
     expect(s).toMatchObject({ status: 'ready', job_type: 'default', cells: 0 });

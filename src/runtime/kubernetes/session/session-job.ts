@@ -36,8 +36,9 @@ const DROPPED_OPTIONS = new Set(['--timeout', '--max-stream-bytes', '--cwd']);
 
 /** Inputs of {@link sessionJob}. */
 export interface SessionJobOptions {
-  sessionId: string;
-  /** The Job's name (from the session id). */
+  /** The session's id; null for a pooled Job (session-pool-plan.ts), whose claim adds the label. */
+  sessionId: string | null;
+  /** The Job's name (from the session id, or the pool's random one). */
   name: string;
   runtimeClassName: string | null;
   runnerSource: string;
@@ -59,7 +60,7 @@ export function sessionJobName(sessionId: string): string {
 /** The session's Job. Pure. */
 export function sessionJob(jobType: JobType, config: BuildJobConfig, o: SessionJobOptions): V1Job {
   const placeholder: RunSpec = {
-    executionId: o.sessionId,
+    executionId: o.sessionId ?? 'session-pool',
     code: '',
     inputJson: '',
     jobType,
@@ -72,7 +73,7 @@ export function sessionJob(jobType: JobType, config: BuildJobConfig, o: SessionJ
   const { job } = buildJob(placeholder, jobType, config, { runtimeClassName: o.runtimeClassName, runnerSource: '', egressProxy: o.egressProxy ?? null });
   const podSpec = job.spec!.template.spec!;
   const strip = (m: Record<string, string> | undefined) => Object.fromEntries(Object.entries(m ?? {}).filter(([k]) => k !== LABELS.executionId));
-  const labels = { ...strip(job.metadata?.labels), [SESSION_LABELS.sessionId]: o.sessionId };
+  const labels = { ...strip(job.metadata?.labels), ...(o.sessionId !== null ? { [SESSION_LABELS.sessionId]: o.sessionId } : {}) };
   const annotations = Object.fromEntries(Object.entries(job.metadata?.annotations ?? {}).filter(([k]) => !k.includes('execution') && !k.includes('timeout')));
   const main = podSpec.containers.find((c) => c.name === CONTAINERS.main)!;
   const collector = podSpec.containers.find((c) => c.name === CONTAINERS.collector)!;

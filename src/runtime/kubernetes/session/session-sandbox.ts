@@ -70,6 +70,8 @@ export class KubeSessionSandbox implements SessionSandbox {
     readonly jobName: string,
     readonly podName: string,
     private channel: SessionChannel,
+    /** Taken ready from the session pool (session-pool.ts) rather than started for this session. */
+    readonly warm: boolean,
   ) {
     this.wire(channel);
     this.files = this.fileOps();
@@ -114,10 +116,10 @@ export class KubeSessionSandbox implements SessionSandbox {
     await this.end('crashed', why);
   }
 
-  /** Attaches to `pod` and waits for its runner (`deadline`, epoch ms); rejects when it cannot. */
-  static async connect(d: KubeSessionDeps, sessionId: string, jobName: string, podName: string, deadline: number): Promise<KubeSessionSandbox> {
+  /** Attaches to `pod` (held by Job `jobName`) and waits for its runner (`deadline`, epoch ms); rejects when it cannot. */
+  static async connect(d: KubeSessionDeps, sessionId: string, jobName: string, podName: string, deadline: number, warm = false): Promise<KubeSessionSandbox> {
     const { channel, hello } = await SessionChannel.open(d.api, d.ns, podName, deadline, d.now);
-    const s = new KubeSessionSandbox(d, sessionId, jobName, podName, channel);
+    const s = new KubeSessionSandbox(d, sessionId, jobName, podName, channel, warm);
     if (hello.ended) {
       await s.end('crashed', `the session's runner had ended: ${JSON.stringify(hello.ended)}`);
       return s;
