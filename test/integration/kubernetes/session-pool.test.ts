@@ -2,7 +2,8 @@
  * The Kubernetes session pool (issue 19: "a sandbox, from the warm pool when one is ready, becomes this
  * session's") against the fake API server, whose session pods run the real runner and session collector:
  * a session opened while a pooled pod is ready gets that very pod (`warm`, its Job `sps-p-…` labelled
- * with the session id, its deadline the session's), state and files work there; two concurrent opens
+ * with the session id, its deadline the session's), state and files work there; a conflict on the pod's
+ * label is retried, a claimed pod that is gone sends the session to a cold start; two concurrent opens
  * never share one; the pool refills after a take and its stats count hits and misses; a second runtime
  * instance adopts a pool-claimed session (the same pod, the state kept) and its close deletes that Job;
  * an unclaimed pooled pod is never adopted as a session nor swept by the leader's sweeps, while the
@@ -99,6 +100,36 @@ describe('the session pool on the Kubernetes runtime (fake API server, real runn
     await fake.waitFor(() => !fake.list('jobs', NS).some((j) => j.metadata.name === pooled), 5000, 'the claimed Job deleted on close');
     live.delete(id);
     await stopAll();
+  }, 90_000);
+
+  it("a conflict on the pod's label (its status moved on) is read again and retried; a claimed Job whose pod is gone is deleted and the session starts its own", async () => {
+    const rt = await start(testConfig({ warm_pool: { session_sizes: { default: 1 } } }));
+    await waitReady(rt, 1);
+    const [pooled] = readyUnclaimed();
+    const pod = podOfJob(pooled!)!.metadata.name as string;
+    fake.failNext(new RegExp(`/pods/${pod}$`), 409, 1, 'PATCH');
+    const from = fake.apiCalls().length;
+    const id = randomUUID();
+    live.add(id);
+    const s = (await open(rt, id)) as SessionSandbox & { podName: string };
+    expect(s.warm).toBe(true);
+    expect(s.podName).toBe(pod);
+    expect(podOfJob(pooled!)!.metadata.labels?.[SESSION_LABELS.sessionId]).toBe(id);
+    const calls = fake.apiCalls(from).filter((c) => c.path.endsWith(`/pods/${pod}`)).map((c) => c.method);
+    expect(calls).toEqual(['PATCH', 'GET', 'PATCH']);
+    await s.destroy();
+    // The next ready one's pod vanishes at the claim: the patch finds it gone (404).
+    await waitReady(rt, 1);
+    const [next] = readyUnclaimed();
+    const nextPod = podOfJob(next!)!.metadata.name as string;
+    fake.failNext(new RegExp(`/pods/${nextPod}$`), 404, 2);
+    const id2 = randomUUID();
+    live.add(id2);
+    const cold = (await open(rt, id2)) as SessionSandbox & { jobName: string };
+    expect(cold.warm).toBeFalsy();
+    expect(cold.jobName).not.toBe(next);
+    await fake.waitFor(() => !fake.list('jobs', NS).some((j) => j.metadata.name === next && !j.metadata.deletionTimestamp), 5000, 'the useless claimed Job deleted');
+    await cold.destroy();
   }, 90_000);
 
   it('two concurrent opens never share a pod: with one ready, one is warm and one starts its own', async () => {
