@@ -83,12 +83,12 @@ const alive = (pid: number): string | null => {
   }
 };
 
-async function until<T>(what: string, f: () => T | null | undefined | false, ms = 90_000): Promise<T> {
+async function until<T>(what: string, f: () => T | null | undefined | false, ms = 90_000, detail: () => unknown = () => ''): Promise<T> {
   const end = Date.now() + ms;
   for (;;) {
     const v = f();
     if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what} ${JSON.stringify(detail())}`);
     await new Promise((r) => setTimeout(r, 50));
   }
 }
@@ -142,6 +142,7 @@ describeEachEngine('sessions from the warm pool', (engine) => {
 
   const jt = (name: string) => new FileJobTypeRegistry(config).get(name)!;
   const stat = (name: string) => rt.sessionPoolStats().find((s) => s.job_type === name);
+  const wait = <T>(what: string, f: () => T | null | undefined | false) => until(what, f, 90_000, () => ({ pool: rt.sessionPoolStats(), dirs: [...sessionDirs()] }));
   const sessionDirs = () => new Set(readdirSync(runsDir).filter((d) => d.startsWith('sp-s-')));
   const openSession = async (name: string) => {
     const s = await rt.openSession!(jt(name), { maxStreamBytes: config.max_stdout_bytes, startupMs: 60_000 });
@@ -153,7 +154,7 @@ describeEachEngine('sessions from the warm pool', (engine) => {
     s.runCell({ cell: ++n, code, inputJson: '{"n": 3}', timeoutSec: 30, maxStdoutBytes: 32768, maxArtifactBytes: 1 << 20, ...over });
 
   it.skipIf(!asRoot)('a session opened while one is ready gets it: warm, the waiting sandbox, state and files work; the pool refills', async () => {
-    await until('a ready default session sandbox', () => (stat('default')?.ready ?? 0) >= 1);
+    await wait('a ready default session sandbox', () => (stat('default')?.ready ?? 0) >= 1);
     const before = stat('default')!;
     expect(before.target).toBe(1);
     // The pool's sandbox is the only session sandbox on the host now (the others are starting or of other types).
@@ -172,13 +173,13 @@ describeEachEngine('sessions from the warm pool', (engine) => {
     expect((await files.read('made.txt', 1 << 20, true)).data!.toString()).toBe('6');
     expect((await files.list()).map((f) => f.name).sort()).toEqual(['in.csv', 'made.txt']);
     // The pool starts a replacement: another sandbox, not the taken one.
-    await until('the pool refilled', () => (stat('default')?.ready ?? 0) >= 1);
+    await wait('the pool refilled', () => (stat('default')?.ready ?? 0) >= 1);
     const after = sessionDirs();
     expect([...after].filter((d) => !waiting.has(d)).length).toBeGreaterThanOrEqual(1);
   }, 180_000);
 
   it.skipIf(!asRoot)('two concurrent opens get different sandboxes: one from the pool, one started for it', async () => {
-    await until('a ready default session sandbox', () => (stat('default')?.ready ?? 0) >= 1 && stat('default')!.starting === 0);
+    await wait('a ready default session sandbox', () => (stat('default')?.ready ?? 0) >= 1 && stat('default')!.starting === 0);
     const before = stat('default')!;
     const [s1, s2] = await Promise.all([openSession('default'), openSession('default')]);
     expect(s1.workspaceDir).not.toBe(s2.workspaceDir);
@@ -190,7 +191,7 @@ describeEachEngine('sessions from the warm pool', (engine) => {
   }, 240_000);
 
   it.skipIf(!asRoot)('the escape probe in a cell of a pool-taken session: read-only /code and /input, uid 1000, the limits, no network', async () => {
-    await until('a ready probe session sandbox', () => (stat('probe')?.ready ?? 0) >= 1);
+    await wait('a ready probe session sandbox', () => (stat('probe')?.ready ?? 0) >= 1);
     const s = await openSession('probe');
     expect(s.warm).toBe(true);
     const id = path.basename(path.dirname(s.workspaceDir!));
@@ -217,7 +218,7 @@ describeEachEngine('sessions from the warm pool', (engine) => {
   }, 180_000);
 
   it.skipIf(!asRoot)("an allowed_hosts type's pooled session reaches exactly its hosts, through the sandbox's own proxy", async () => {
-    await until('a ready to-a session sandbox', () => (stat('to-a')?.ready ?? 0) >= 1);
+    await wait('a ready to-a session sandbox', () => (stat('to-a')?.ready ?? 0) >= 1);
     const s = await openSession('to-a');
     expect(s.warm).toBe(true);
     const code = [
@@ -238,7 +239,8 @@ describeEachEngine('sessions from the warm pool', (engine) => {
   }, 180_000);
 
   it.skipIf(!asRoot)('a ready sandbox that dies while it waits is dropped and replaced; stop destroys the ready ones', async () => {
-    await until('a ready default session sandbox', () => (stat('default')?.ready ?? 0) >= 1 && stat('default')!.starting === 0);
+    // Every type's sandbox ready and none starting: only waiting ones are killed.
+    await wait('every type ready, none starting', () => ['default', 'probe', 'to-a'].every((t) => stat(t)?.ready === 1 && stat(t)?.starting === 0));
     const taken = new Set(open.map((s) => path.basename(path.dirname(s.workspaceDir!))));
     const pooled = [...sessionDirs()].filter((d) => !taken.has(d));
     // Kill the processes of the waiting default sandbox (the only pooled one of that type).
@@ -246,8 +248,8 @@ describeEachEngine('sessions from the warm pool', (engine) => {
     expect(victims.length).toBeGreaterThanOrEqual(1);
     const before = sessionDirs();
     for (const v of victims) for (const pid of v.pids) process.kill(pid, 'SIGKILL');
-    await until('the dead ones dropped', () => victims.every((v) => !existsSync(path.join(runsDir, v.d))));
-    await until('replacements ready', () => (stat('default')?.ready ?? 0) >= 1);
+    await wait('the dead ones dropped', () => victims.every((v) => !existsSync(path.join(runsDir, v.d))));
+    await wait('replacements ready', () => (stat('default')?.ready ?? 0) >= 1);
     const fresh = [...sessionDirs()].filter((d) => !before.has(d) && !taken.has(d));
     expect(fresh.length).toBeGreaterThanOrEqual(1);
     // Stop: every ready sandbox's processes end and its directory goes.

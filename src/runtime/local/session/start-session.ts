@@ -45,7 +45,8 @@ export async function startSessionSandbox(c: StartSessionContext, p: Prepared, j
 export function newLocalSessionPool(c: StartSessionContext, p: Prepared): SessionPool | null {
   if (!p.cgroups || !p.spawner || p.engine === 'process' || c.config.max_sessions === 0) return null;
   const registry = new FileJobTypeRegistry(c.config);
-  const opts = { maxStreamBytes: c.config.max_stdout_bytes, startupMs: 300_000 };
+  // A start that hangs holds the pool's one start slot: given up sooner than a session's own (300 s).
+  const opts = { maxStreamBytes: c.config.max_stdout_bytes, startupMs: 120_000 };
   return new SessionPool({
     sizes: sessionPoolSizes(c.config),
     jobType: (name) => registry.get(name),
