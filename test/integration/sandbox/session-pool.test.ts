@@ -181,7 +181,15 @@ describeEachEngine('sessions from the warm pool', (engine) => {
   it.skipIf(!asRoot)('two concurrent opens get different sandboxes: one from the pool, one started for it', async () => {
     await wait('a ready default session sandbox', () => (stat('default')?.ready ?? 0) >= 1 && stat('default')!.starting === 0);
     const before = stat('default')!;
-    const [s1, s2] = await Promise.all([openSession('default'), openSession('default')]);
+    const timed = async () => {
+      const t0 = Date.now();
+      const s = await openSession('default');
+      return { s, ms: Date.now() - t0 };
+    };
+    const [o1, o2] = await Promise.all([timed(), timed()]);
+    const [s1, s2] = [o1.s, o2.s];
+    const [warmMs, coldMs] = s1.warm ? [o1.ms, o2.ms] : [o2.ms, o1.ms];
+    console.log(`${engine}: session open from the pool ${warmMs} ms, started for it ${coldMs} ms`);
     expect(s1.workspaceDir).not.toBe(s2.workspaceDir);
     expect([s1.warm, s2.warm].sort()).toEqual([false, true]);
     expect(stat('default')).toMatchObject({ hits: before.hits + 1, misses: before.misses + 1 });
