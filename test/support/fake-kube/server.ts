@@ -196,10 +196,21 @@ export interface FakeKubeOptions {
 }
 
 /** FieldsV1 of an object: every field it sets, as `f:<name>` keys (lists as `.`), as the API server writes. */
-function fieldsV1(o: unknown): unknown {
-  if (Array.isArray(o)) return Object.fromEntries(o.map((x, i) => [x && typeof x === 'object' && 'name' in x ? `k:{"name":"${String((x as { name: unknown }).name)}"}` : `i:${i}`, { '.': {}, ...(fieldsV1(x) as object) }]));
-  if (o && typeof o === 'object') return Object.fromEntries(Object.entries(o).map(([k, v]) => [`f:${k}`, v && typeof v === 'object' ? fieldsV1(v) : {}]));
-  return {};
+function fieldsV1(o: unknown): Record<string, unknown> {
+  // Plain loops: the in-flight bench computes this on every write, and the fake's CPU shares the
+  // machine with the replica it measures.
+  const out: Record<string, unknown> = {};
+  if (Array.isArray(o)) {
+    for (let i = 0; i < o.length; i++) {
+      const x: unknown = o[i];
+      const entry: Record<string, unknown> = { '.': {} };
+      if (x && typeof x === 'object') Object.assign(entry, fieldsV1(x));
+      out[x && typeof x === 'object' && 'name' in x ? `k:{"name":"${String((x as { name: unknown }).name)}"}` : `i:${i}`] = entry;
+    }
+  } else if (o && typeof o === 'object') {
+    for (const [k, v] of Object.entries(o)) out[`f:${k}`] = v && typeof v === 'object' ? fieldsV1(v) : {};
+  }
+  return out;
 }
 
 /** One attach the fake received. */
@@ -478,8 +489,13 @@ export class FakeKube {
 
   /** One object (a copy), or undefined. */
   get(kind: Kind, ns: string | undefined, name: string): KObj | undefined {
-    const o = this.store.get(kind)!.get(this.key(ns, name));
+    const o = this.stored(kind, ns, name);
     return o ? clone(o) : undefined;
+  }
+
+  /** One stored object, not copied (read only): for the fake's own lookups on every exec and pod update. */
+  private stored(kind: Kind, ns: string | undefined, name: string): Readonly<KObj> | undefined {
+    return this.store.get(kind)!.get(this.key(ns, name));
   }
 
   // ---------------------------------------------------------------- control: cluster
@@ -877,8 +893,10 @@ export class FakeKube {
   private syncJob(pod: KObj): void {
     const jobName = pod.metadata.labels?.['job-name'];
     if (!jobName) return;
-    const job = this.get('jobs', pod.metadata.namespace, jobName);
-    if (!job || job.status?.conditions?.some((c: { status: string }) => c.status === 'True')) return;
+    const current = this.stored('jobs', pod.metadata.namespace, jobName);
+    if (!current || current.status?.conditions?.some((c: { status: string }) => c.status === 'True')) return;
+    if (pod.status.phase !== 'Succeeded' && pod.status.phase !== 'Failed') return;
+    const job = clone(current) as KObj;
     if (pod.status.phase === 'Succeeded') {
       job.status = { ...job.status, active: 0, succeeded: 1, completionTime: kubeTime(), conditions: [{ type: 'Complete', status: 'True', lastTransitionTime: kubeTime() }] };
       this.put('jobs', job);
@@ -1294,7 +1312,7 @@ export class FakeKube {
     const m = /^\/api\/v1\/namespaces\/([^/]+)\/pods\/([^/]+)\/exec$/.exec(url.pathname);
     if (!m) return refuse(404, status(404, 'NotFound', 'not an exec path'));
     const [, ns, podName] = m as unknown as [string, string, string];
-    const pod = this.get('pods', ns, podName);
+    const pod = this.stored('pods', ns, podName);
     if (!pod) return refuse(404, notFound('pods', podName));
     const container = url.searchParams.get('container') ?? pod.spec.containers[0].name;
     const cs = (pod.status.containerStatuses ?? []).find((c: { name: string }) => c.name === container);
@@ -1315,7 +1333,7 @@ export class FakeKube {
   }
 
   private attachNow(req: http.IncomingMessage, socket: Socket, head: Buffer, url: URL, ns: string, podName: string, refuse: (code: number, body: object) => void): void {
-    const pod = this.get('pods', ns, podName);
+    const pod = this.stored('pods', ns, podName);
     if (!pod) return refuse(404, notFound('pods', podName));
     const container = url.searchParams.get('container') ?? pod.spec.containers[0].name;
     const spec = (pod.spec.containers as { name: string; stdin?: boolean }[]).find((c) => c.name === container);
