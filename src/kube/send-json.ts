@@ -9,7 +9,7 @@
 import http from 'node:http';
 import https from 'node:https';
 import { ApiException, type KubeConfig } from '@kubernetes/client-node';
-import { jsonBytes } from './json-bytes.ts';
+import { jsonParts } from './json-bytes.ts';
 
 /** One write: `body` goes as JSON to `apiPath` (with `query`). */
 export interface JsonWrite {
@@ -35,12 +35,12 @@ export async function sendJson(kc: KubeConfig, agentFor: (tls: https.RequestOpti
   const opts: https.RequestOptions = {};
   await kc.applyToHTTPSOptions(opts);
   w.signal.throwIfAborted();
-  const body = jsonBytes(w.body);
+  const body = jsonParts(w.body);
   const headers: http.OutgoingHttpHeaders = {
     ...(opts.headers as http.OutgoingHttpHeaders | undefined),
     accept: 'application/json',
     'content-type': 'application/json',
-    'content-length': body.length,
+    'content-length': body.reduce((n, b) => n + b.length, 0),
   };
   if (opts.auth) headers.authorization = `Basic ${Buffer.from(opts.auth).toString('base64')}`;
   const secure = url.protocol === 'https:';
@@ -72,6 +72,8 @@ export async function sendJson(kc: KubeConfig, agentFor: (tls: https.RequestOpti
         }
       });
     });
-    req.end(body);
+    // Written in the tick the request is made: buffered together until it has its socket.
+    for (const part of body) req.write(part);
+    req.end();
   });
 }
