@@ -23,6 +23,7 @@ import type { RunSpec, WarmPoolStats } from '../../runtime.ts';
 import type { RunController } from '../runs/controller.ts';
 import { poolable, claimJobPatch, claimPodPatch, poolJob } from './pool-plan.ts';
 import { claimOrder, memberOf, planPool, poolBackoffMs, type PoolMember, type PoolWant } from './pool-decide.ts';
+import { ReconcileLoop } from '../reconcile-loop.ts';
 
 /**
  * How long a claimed pool pod's refill may wait for its run to end, ms (planPool's `refillDelayMs`):
@@ -65,10 +66,6 @@ export interface Claim {
 
 /** See the module comment. */
 export class WarmPool {
-  private timer: NodeJS.Timeout | null = null;
-  private running: Promise<void> | null = null;
-  private again = false;
-  private stopped = true;
   private readonly counts = new Map<string, { hits: number; misses: number; handOverRetries: number }>();
   /** Spec hash per JobType name, from the last pass (claims only take pods of the current spec). */
   private hashes = new Map<string, string>();
@@ -77,7 +74,11 @@ export class WarmPool {
   /** Pool pods of a JobType that failed in a row (reset when one is ready), and when the last did. */
   private readonly failures = new Map<string, { count: number; lastAt: number; seen: Set<string> }>();
 
-  constructor(private readonly o: WarmPoolOptions) {}
+  private readonly loop: ReconcileLoop;
+
+  constructor(private readonly o: WarmPoolOptions) {
+    this.loop = new ReconcileLoop(() => this.reconcile(), { what: 'warm pool', log: o.log, intervalMs: o.intervalMs });
+  }
 
   /** The size wanted for a JobType. */
   sizeOf(jt: JobType): number {
@@ -89,44 +90,20 @@ export class WarmPool {
   }
 
   start(): void {
-    this.stopped = false;
-    this.o.controller.jobs.on(() => this.kick());
-    this.o.controller.pods.on(() => this.kick());
-    const tick = () => {
-      if (this.stopped) return;
-      this.kick();
-      this.timer = setTimeout(tick, this.o.intervalMs ?? 2000);
-      this.timer.unref();
-    };
-    tick();
+    this.loop.start([(cb) => this.o.controller.jobs.on(cb), (cb) => this.o.controller.pods.on(cb)]);
   }
 
   stop(): void {
-    this.stopped = true;
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = null;
+    this.loop.stop();
   }
 
   /** Runs a reconcile pass now, or right after the one in progress. Resolves when it is done. */
   kick(): Promise<void> {
-    if (this.stopped) return Promise.resolve();
-    if (this.running) {
-      this.again = true;
-      return this.running;
-    }
-    this.running = (async () => {
-      do {
-        this.again = false;
-        try {
-          await this.reconcile();
-        } catch (err) {
-          this.o.log.warn({ err: String(err) }, 'warm pool reconcile failed');
-        }
-      } while (this.again && !this.stopped);
-    })().finally(() => {
-      this.running = null;
-    });
-    return this.running;
+    return this.loop.kick();
+  }
+
+  private get stopped(): boolean {
+    return this.loop.stopped;
   }
 
   /** Jobs this pool created that the informer has not shown yet (counted as starting). */

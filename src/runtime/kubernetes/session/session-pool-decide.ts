@@ -12,26 +12,10 @@ import { toMs } from '../runs/decide.ts';
 import { podEnd, podTrouble } from './session-decide.ts';
 import { SESSION_LABELS } from './session-job.ts';
 import { SESSION_CLAIMED_AT, SESSION_POOL_LABELS } from './session-pool-plan.ts';
+import type { PoolMember } from '../pool/pool-decide.ts';
 
-/** One pooled session Job as the pool sees it. */
-export interface SessionPoolMember {
-  name: string;
-  jobType: string;
-  specHash: string;
-  /** Epoch ms the Job was created. */
-  createdAt: number;
-  /** Its pod's collector and `main` run and nothing ends it: a session can take it. */
-  ready: boolean;
-  /** Taken by a session (its Job carries a session id): no longer the pool's, ever. */
-  claimed: boolean;
-  /** When it was claimed (epoch ms), when claimed. */
-  claimedAt?: number;
-  /** Being deleted. */
-  deleting: boolean;
-  /** Its pod ended or cannot start (podEnd 'ended'), or its Job ended: useless. */
-  failed: boolean;
-  failedWhy?: string;
-}
+/** One pooled session Job as the pool sees it: what a run pool member is (ready: its collector and `main` run; claimed: it carries a session id). */
+export type SessionPoolMember = PoolMember;
 
 /** What the pool should hold of one job type now. */
 export interface SessionPoolWant {

@@ -24,6 +24,7 @@ import { LABELS } from '../names.ts';
 import { poolBackoffMs } from '../pool/pool-decide.ts';
 import { lastOpenedByType, planSessionPools, sessionClaimOrder, sessionPoolMemberOf, type SessionPoolMember, type SessionPoolWant } from './session-pool-decide.ts';
 import { sessionClaimJobPatch, sessionClaimPodPatch, sessionPoolJob } from './session-pool-plan.ts';
+import { ReconcileLoop } from '../reconcile-loop.ts';
 
 /** Pooled session pods starting at once, all types together. */
 const MAX_STARTING = 2;
@@ -55,11 +56,6 @@ export interface SessionClaim {
 
 /** See the module comment. */
 export class SessionPool {
-  private timer: NodeJS.Timeout | null = null;
-  private running: Promise<void> | null = null;
-  private again = false;
-  private stopped = true;
-  private offs: (() => void)[] = [];
   private readonly counts = new Map<string, { hits: number; misses: number }>();
   /** Opens this replica saw, per type (epoch ms): the demand floor. */
   private readonly opened = new Map<string, number>();
@@ -69,51 +65,31 @@ export class SessionPool {
   private readonly failures = new Map<string, { count: number; lastAt: number; seen: Set<string> }>();
   private readonly hashCache = new WeakMap<JobType, { rc: string | null; runner: string; collector: string; specHash: string }>();
 
-  constructor(private readonly d: SessionPoolDeps) {}
+  private readonly loop: ReconcileLoop;
+
+  constructor(private readonly d: SessionPoolDeps) {
+    this.loop = new ReconcileLoop(() => this.reconcile(), { what: 'session pool', log: d.log, intervalMs: d.intervalMs });
+  }
 
   private get idleMs(): number {
     return this.d.config.kubernetes.warm_pool_max_idle_seconds * 1000;
   }
 
   start(): void {
-    this.stopped = false;
-    this.offs = [this.d.jobs.on(() => void this.kick()), this.d.pods.on(() => void this.kick())];
-    const tick = () => {
-      if (this.stopped) return;
-      void this.kick();
-      this.timer = setTimeout(tick, this.d.intervalMs ?? 2000);
-      this.timer.unref();
-    };
-    tick();
+    this.loop.start([(cb) => this.d.jobs.on(cb), (cb) => this.d.pods.on(cb)]);
   }
 
   stop(): void {
-    this.stopped = true;
-    for (const off of this.offs.splice(0)) off();
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = null;
+    this.loop.stop();
   }
 
-  /** Runs a pass now, or right after the one in progress; resolves when it is done. */
+  /** Runs a reconcile pass now, or right after the one in progress. Resolves when it is done. */
   kick(): Promise<void> {
-    if (this.stopped) return Promise.resolve();
-    if (this.running) {
-      this.again = true;
-      return this.running;
-    }
-    this.running = (async () => {
-      do {
-        this.again = false;
-        try {
-          await this.reconcile();
-        } catch (err) {
-          this.d.log.warn({ err: String(err) }, 'session pool reconcile failed');
-        }
-      } while (this.again && !this.stopped);
-    })().finally(() => {
-      this.running = null;
-    });
-    return this.running;
+    return this.loop.kick();
+  }
+
+  private get stopped(): boolean {
+    return this.loop.stopped;
   }
 
   /** Whether a session of `jt` asking for `requirements` may take a pooled pod: no requirements beyond the type's own, no per-session egress credential. */
