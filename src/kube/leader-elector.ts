@@ -164,6 +164,11 @@ export class LeaderElector {
     if (!this.leadingNow) return;
     this.setLeading(false);
     try {
+      // What this replica last wrote is the Lease as it stands unless someone took it since: release
+      // at that resourceVersion at once (one call, not a read and a write, on an API server that may be
+      // slow while the node is busy); only a conflict makes it read what is there.
+      const mine = this.observed?.record;
+      if (mine && mine.holder === this.o.identity && (await this.o.store.replace(releasedRecord(mine, this.o.clock.now())))) return;
       const current = await this.o.store.get();
       if (current && current.holder === this.o.identity) await this.o.store.replace(releasedRecord(current, this.o.clock.now()));
     } catch (err) {

@@ -4,6 +4,7 @@
  * clean handover on stop, a silent death taken over only after a lease duration, and a leader cut
  * off from the API stepping down before anyone else may lead.
  */
+import { V1MicroTime } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { KubeApi } from '../../../src/kube/kube-api.ts';
 import { kubeLeaseStore, LeaderElector, type LeaseStore } from '../../../src/kube/leader-elector.ts';
@@ -64,6 +65,37 @@ describe('leader election over a Lease', () => {
     expect(leaders()).toHaveLength(1);
     expect(leaders()[0]).not.toBe(first.identity);
     expect((await api.getLease(NS, 'handover'))?.spec?.leaseTransitions).toBe(1);
+  });
+
+  it('a leader releases with one write at the resourceVersion it last wrote, and reads first only after a conflict', async () => {
+    const clock = { t: 2_500_000, now() { return this.t; } };
+    const calls: string[] = [];
+    const { electors } = trio('release-one-call', clock, (s, i) => ({
+      get: () => (calls.push(`${i}:get`), s.get()),
+      create: (r) => s.create(r),
+      replace: (r) => (calls.push(`${i}:replace`), s.replace(r)),
+    }));
+    await round(electors);
+    const i = electors.findIndex((e) => e.leading);
+    calls.length = 0;
+    await electors[i]!.stop();
+    expect(calls).toEqual([`${i}:replace`]);
+    expect((await api.getLease(NS, 'release-one-call'))?.spec?.holderIdentity).toBe('');
+
+    // Renewed behind its back (a write it did not make): the release conflicts, reads, and still releases.
+    const again = trio('release-conflict', clock, (s, j) => ({
+      get: () => (calls.push(`${j}:get`), s.get()),
+      create: (r) => s.create(r),
+      replace: (r) => (calls.push(`${j}:replace`), s.replace(r)),
+    }));
+    await round(again.electors);
+    const k = again.electors.findIndex((e) => e.leading);
+    const lease = (await api.getLease(NS, 'release-conflict'))!;
+    await api.replaceLease({ ...lease, spec: { ...lease.spec, renewTime: new V1MicroTime(clock.t + 1) } });
+    calls.length = 0;
+    await again.electors[k]!.stop();
+    expect(calls).toEqual([`${k}:replace`, `${k}:get`, `${k}:replace`]);
+    expect((await api.getLease(NS, 'release-conflict'))?.spec?.holderIdentity).toBe('');
   });
 
   it('a leader that dies silently is replaced only after a whole lease duration as the others observed it', async () => {
