@@ -23,6 +23,11 @@ Protocol (stdin, attached by the service once, `stdinOnce`)
     Everything the runner writes back (`ready`, `execution`, `done N`) is copied to stdout.
     A stream that ends before the whole payload sends nothing to the runner: no program runs.
     Errors are reported on stdout as one line `undelivered REASON`.
+    A stdin that ends before its first byte (no hand-over ever began) makes this process exit with
+    status 3 (STDIN_GONE) after saying so: no program can reach this pod any more, and a container
+    that ended says that to the service (and the warm pool) at once, where one that waited would hold
+    its run until the startup limit. Seen on gVisor (kcluster's runsc adapter): a collector read EOF at
+    its start while the attach's bytes sat in its stdin pipe.
 
 Outputs (with --output DIR): when the runner's `done N` line comes, its outputs are written; before
 that line is passed on, DIR goes out on stdout as a tar archive, in frames: a line `outputs`, then
@@ -46,6 +51,8 @@ import tarfile  # imported at start, not on the run's path
 import time
 
 MAX_HEADER = 64 * 1024
+# Exit status when stdin ended before its first byte (see the module doc).
+STDIN_GONE = 3
 CHUNK = 64 * 1024
 
 
@@ -78,7 +85,7 @@ def read_line(fd, limit):
             return None, b''
         chunk = os.read(fd, 4096)
         if not chunk:
-            return None, b''
+            return None, (b'' if buf else None)  # None: the stream ended before its first byte
         buf.extend(chunk)
     at = buf.index(b'\n')
     return bytes(buf[:at]), bytes(buf[at + 1:])
@@ -173,7 +180,8 @@ def relay(conn, out_dir):
 def deliver(opts):
     header, rest = read_line(0, MAX_HEADER)
     if header is None:
-        return  # the attach ended before a hand-over: nothing runs
+        # The attach ended before a hand-over: nothing runs. Before its first byte: nothing ever can.
+        return STDIN_GONE if rest is None else None
     try:
         msg = json.loads(header)
         sizes = [int(msg['code']), int(msg['input'])]
@@ -209,7 +217,9 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     signal.signal(signal.SIGINT, lambda *_: os._exit(0))
     opts = parse_args(sys.argv[1:])
-    deliver(opts)
+    if deliver(opts) == STDIN_GONE:
+        say('undelivered stdin closed before the program came')
+        os._exit(STDIN_GONE)
     # The collector's part: until released, by the file (exec) or by a `release` line on stdin.
     stdin_open = True
     line = b''

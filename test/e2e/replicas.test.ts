@@ -31,6 +31,12 @@ describe.skipIf(!RELEASE_READY)('three replicas on a real cluster (needs the cha
   const rel = RELEASE_READY ? new E2ERelease('spr') : (null as unknown as E2ERelease);
   /** Run pods seen per execution label, from polling the runs namespace. */
   const podsByExecution = new Map<string, Set<string>>();
+  /**
+   * Pods seen with their `collector` ended by exit code 3: deliver.py's "stdin closed before the
+   * program came" (seen under kcluster's gVisor adapter). The program never reached such a pod; its
+   * attempt failed at once and the service ran the program in a new pod, so it is no second run.
+   */
+  const neverDelivered = new Set<string>();
   let watching: NodeJS.Timeout | null = null;
 
   const lease = async () => (await rel.coordination.readNamespacedLease({ name: `${rel.release}-sandpod-leader`, namespace: rel.ns })).spec ?? {};
@@ -75,8 +81,10 @@ describe.skipIf(!RELEASE_READY)('three replicas on a real cluster (needs the cha
       expect(r!.stdout).toBe(`${tag}\n`);
       expect(r!.result).toEqual({ id: tag });
     }
-    const doubled = [...podsByExecution].filter(([, pods]) => pods.size > 1);
+    const doubled = [...podsByExecution].map(([id, pods]) => [id, [...pods].filter((uid) => !neverDelivered.has(uid))] as const).filter(([, pods]) => pods.length > 1);
     expect(doubled).toEqual([]);
+    const retried = [...podsByExecution].filter(([, pods]) => [...pods].some((uid) => neverDelivered.has(uid)));
+    if (retried.length > 0) console.log(`runs whose first pod never got the program (collector exit 3), run again in a new pod: ${retried.length}`);
   }
 
   beforeAll(async () => {
@@ -106,6 +114,7 @@ describe.skipIf(!RELEASE_READY)('three replicas on a real cluster (needs the cha
             const set = podsByExecution.get(id) ?? new Set<string>();
             set.add(p.metadata.uid);
             podsByExecution.set(id, set);
+            if (p.status?.containerStatuses?.some((c) => c.name === 'collector' && c.state?.terminated?.exitCode === 3)) neverDelivered.add(p.metadata.uid);
           }
         })
         .catch(() => undefined);

@@ -261,6 +261,25 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     expect(new Set(attached).size).toBe(2);
   });
 
+  it('cold_start attach: a collector whose stdin closed at its start fails the attempt at once (not at the startup limit), and the retry runs the program once', async () => {
+    // Seen on kcluster under gVisor: the collector read EOF as it started, the attach's bytes sat in
+    // its stdin pipe, and the run waited out its 300 s startup limit.
+    const rt = await start({ warm_pool_size: 0, cold_start: 'attach' });
+    fake.collectorStdinClosedAtStart = 1;
+    const s = spec({ code: 'print("ran")', startupTimeoutSec: 60 });
+    const t0 = Date.now();
+    await expect(rt.run(s)).rejects.toThrow(/stdin closed before the program came/);
+    expect(Date.now() - t0).toBeLessThan(10_000);
+    // The first pod never got the program (its main printed nothing); its Job goes.
+    const first = fake.list('pods', NS).find((p) => p.metadata.labels?.[LABELS.executionId] === s.executionId)!;
+    expect(fake.logOf(first.metadata.name, 'collector')).toBe('undelivered stdin closed before the program came\n');
+    expect(fake.logOf(first.metadata.name, 'main')).toBe('');
+    await fake.waitFor(() => !fake.list('pods', NS).some((p) => p.metadata.name === first.metadata.name && !p.metadata.deletionTimestamp), 5000, 'the first pod deleted');
+    const raw = await rt.run(s);
+    expect(raw.observation).toMatchObject({ exitCode: 0, infraError: null });
+    expect(raw.stdout).toBe('ran\n');
+  });
+
   it('cold_start attach: the hand-over waits for a runner slow to start as long as the run’s startup limit allows', async () => {
     // On a loaded node `main`'s runner can start well after the collector took the program: the
     // hand-over's own limit (here 500 ms, 30 s by default) must not fail the attempt before the

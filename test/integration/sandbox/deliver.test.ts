@@ -74,6 +74,22 @@ describe('deliver.py and runner --go-port', () => {
     expect(existsSync(path.join(p.dir, 'ran'))).toBe(false);
   });
 
+  it('a stdin that ends before its first byte: deliver says so and exits 3 (no program can come any more); the runner still waits', async () => {
+    const p = await pair('deliver-gone-');
+    p.deliverProc.stdin!.end();
+    expect(await p.deliver.exited).toBe(3);
+    expect(p.deliver.out()).toBe('undelivered stdin closed before the program came\n');
+    expect(p.runnerProc.exitCode).toBeNull();
+  });
+
+  it('a stream cut after its first bytes is a failed hand-over, not a dead stdin: deliver stays as the collector', async () => {
+    const p = await pair('deliver-partial-');
+    p.deliverProc.stdin!.end('{"code": 5');
+    await new Promise((r) => setTimeout(r, 1500));
+    expect(p.deliverProc.exitCode).toBeNull();
+    expect(p.deliver.out()).toBe('');
+  });
+
   it('the runner exits 123 when the go connection closes before a go line', async () => {
     mkdirSync('/tmp/sandpod-test', { recursive: true });
     const dir = mkdtempSync(path.join('/tmp/sandpod-test', 'deliver-eof-'));

@@ -46,6 +46,9 @@
  *   Conflict, as the API server answers; JSON patch (RFC 6902 add/replace/remove), a patched
  *   `metadata.resourceVersion` being a precondition (409) as on the API server.
  *
+ * - a `collector` whose deliver.py exits by itself with a failure ends as a container does
+ *   (terminated with that exit code, after its start was reported); `collectorStdinClosedAtStart`
+ *   closes the next ones' stdin as they start (a fault kcluster's gVisor adapter was seen with);
  * - faults as real servers have them: injected error answers (`failNext`, optionally after the write
  *   was carried out, as when the server times out after etcd stored it), an outage (`setDown`),
  *   watch events piling up into one read (`holdEvents`/`releaseEvents`), and a hang (`hang`): an
@@ -283,6 +286,12 @@ export class FakeKube {
    * `stdinOnce` the container's stdin then closes, so its runner sees EOF before its go line.
    */
   attachDropsBeforeStdin = 0;
+  /**
+   * Fault: the next this-many attach pods' `collector` (deliver.py) find their stdin closed as they
+   * start, before any attach: what kcluster's gVisor adapter was seen doing (the collector read EOF
+   * while the attach's bytes sat in its stdin pipe on the host).
+   */
+  collectorStdinClosedAtStart = 0;
   /**
    * Fault: images the node cannot pull. A warm pod with one waits in ErrImagePull, then
    * ImagePullBackOff, and never starts, as the kubelet leaves it.
@@ -1475,7 +1484,20 @@ export class FakeKube {
       if (this.peek('pods').some((p) => p.metadata.name === podName)) this.appendLog(podName, 'collector', b);
     });
     deliver.stdin!.on('error', () => undefined);
-    deliver.on('exit', () => this.delivers.delete(podName));
+    if (this.collectorStdinClosedAtStart > 0) {
+      this.collectorStdinClosedAtStart--;
+      deliver.stdin!.end();
+    }
+    deliver.on('exit', (code) => {
+      this.delivers.delete(podName);
+      // Exited by itself with a failure (not stopped by us: that is a signal): the container ended,
+      // as the kubelet reports it, after its start was (the status lag).
+      if (code === null || code === 0) return;
+      this.later(this.statusLagMs + 1, () => {
+        if (!this.peek('pods').some((p) => p.metadata.name === podName && !p.metadata.deletionTimestamp)) return;
+        this.updatePod(podName, (p) => this.setContainer(p, 'collector', { terminated: { exitCode: code, reason: 'Error', startedAt: kubeTime(), finishedAt: kubeTime() } }, { started: false, ready: false }));
+      });
+    });
     // The kubelet reports a started container at its next status sync; the runtime (attach) knows at once.
     if (this.statusLagMs > 0) {
       this.later(this.statusLagMs, () => {

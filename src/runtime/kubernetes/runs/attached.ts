@@ -19,7 +19,7 @@ import { coldAttachJob } from '../pool/pool-plan.ts';
 import type { WarmPool } from '../pool/pool.ts';
 import { egressProxyUrlFor } from './build-job.ts';
 import type { EgressCredentials } from './egress.ts';
-import { handOver } from './hand-over.ts';
+import { handOver, HandOverError } from './hand-over.ts';
 
 /** How often a cold attach run tries to attach before the kubelet reports the collector running, ms. */
 const EARLY_ATTACH_INTERVAL_MS = 40;
@@ -216,6 +216,14 @@ export class AttachedRuns {
     this.d.controller.delivered(key, this.d.clock.now(), since);
   }
 
+  /** The program never reached the cold pod: the attempt fails (the service retries it) and its Job goes. */
+  private async failColdHandOver(spec: RunSpec, key: string, jobUid: string, err: unknown): Promise<void> {
+    this.d.log.warn({ execution_id: spec.executionId, err: String(err), next: afterHandOverFailure('cold-attach', 1) }, 'could not hand the program to the run pod');
+    this.d.controller.untrack(key, err instanceof Error ? err : new Error(String(err)));
+    // By uid: the service's retry creates a Job of the same name, which this must never hit.
+    await this.d.api.deleteJob(this.ns, jobNameFor(spec.executionId), jobUid || undefined).catch(() => undefined);
+  }
+
   /**
    * Hands the program over as soon as the collector can take it. The kubelet reports a container
    * running only at its next status sync (up to a second after the start), but attach asks the
@@ -236,7 +244,11 @@ export class AttachedRuns {
       while (!settled()) {
         const pod = c.pods.byIndex(key).find((p) => p.metadata?.ownerReferences?.some((r) => r.uid === jobUid));
         const status = (n: string) => pod?.status?.containerStatuses?.find((s) => s.name === n);
-        if (status(CONTAINERS.main)?.state?.terminated || status(CONTAINERS.collector)?.state?.terminated) return;
+        // A collector that ended before the hand-over can take no program any more (deliver.py exits 3
+        // when its stdin closed before a byte came): the attempt fails now, not at the startup limit.
+        const collectorEnd = status(CONTAINERS.collector)?.state?.terminated;
+        if (collectorEnd && !settled()) return await this.failColdHandOver(spec, key, jobUid, new HandOverError(`the program never reached the run pod: its collector ended first (exit code ${collectorEnd.exitCode}${collectorEnd.exitCode === 3 ? ': its stdin closed before the program came' : ''})`));
+        if (status(CONTAINERS.main)?.state?.terminated || collectorEnd) return;
         const usable = !!pod?.metadata?.name && !pod.metadata.deletionTimestamp;
         const running = usable && !!status(CONTAINERS.collector)?.state?.running;
         const bound = usable && !!pod?.spec?.nodeName;
@@ -252,12 +264,7 @@ export class AttachedRuns {
             if (err instanceof FencedError) return c.untrack(key, err);
             // Not running yet (the upgrade was refused, no stream opened): try again shortly.
             if (!running && upgradeRefused(err) && !settled()) continue;
-            // The program never reached the pod: the attempt fails (the service retries it) and its Job goes.
-            this.d.log.warn({ execution_id: spec.executionId, err: String(err), next: afterHandOverFailure('cold-attach', 1) }, 'could not hand the program to the run pod');
-            c.untrack(key, err instanceof Error ? err : new Error(String(err)));
-            // By uid: the service's retry creates a Job of the same name, which this must never hit.
-            await this.d.api.deleteJob(this.ns, jobNameFor(spec.executionId), jobUid || undefined).catch(() => undefined);
-            return;
+            return await this.failColdHandOver(spec, key, jobUid, err);
           }
         }
         // Until the pod changes, the next attempt is due, or (to notice the run settling) 100 ms.
