@@ -265,8 +265,8 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     // Seen on kcluster under gVisor: the collector read EOF as it started, the attach's bytes sat in
     // its stdin pipe, and the run waited out its 300 s startup limit.
     const rt = await start({ warm_pool_size: 0, cold_start: 'attach' });
-    fake.collectorStdinClosedAtStart = 1;
     const s = spec({ code: 'print("ran")', startupTimeoutSec: 60 });
+    fake.collectorStdinClosedJobs.add(`sp-${s.executionId}`);
     const t0 = Date.now();
     await expect(rt.run(s)).rejects.toThrow(/stdin closed before the program came/);
     expect(Date.now() - t0).toBeLessThan(10_000);

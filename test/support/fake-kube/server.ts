@@ -47,8 +47,8 @@
  *   `metadata.resourceVersion` being a precondition (409) as on the API server.
  *
  * - a `collector` whose deliver.py exits by itself with a failure ends as a container does
- *   (terminated with that exit code, after its start was reported); `collectorStdinClosedAtStart`
- *   closes the next ones' stdin as they start (a fault kcluster's gVisor adapter was seen with);
+ *   (terminated with that exit code, after its start was reported); `collectorStdinClosedJobs`
+ *   closes the stdin of those Jobs' pods as they start (a fault kcluster's gVisor adapter was seen with);
  * - faults as real servers have them: injected error answers (`failNext`, optionally after the write
  *   was carried out, as when the server times out after etcd stored it), an outage (`setDown`),
  *   watch events piling up into one read (`holdEvents`/`releaseEvents`), and a hang (`hang`): an
@@ -287,11 +287,11 @@ export class FakeKube {
    */
   attachDropsBeforeStdin = 0;
   /**
-   * Fault: the next this-many attach pods' `collector` (deliver.py) find their stdin closed as they
-   * start, before any attach: what kcluster's gVisor adapter was seen doing (the collector read EOF
-   * while the attach's bytes sat in its stdin pipe on the host).
+   * Fault: the `collector` (deliver.py) of the pods of these Jobs finds its stdin closed as it starts,
+   * before any attach: what kcluster's gVisor adapter was seen doing (the collector read EOF while the
+   * attach's bytes sat in its stdin pipe on the host).
    */
-  collectorStdinClosedAtStart = 0;
+  readonly collectorStdinClosedJobs = new Set<string>();
   /**
    * Fault: images the node cannot pull. A warm pod with one waits in ErrImagePull, then
    * ImagePullBackOff, and never starts, as the kubelet leaves it.
@@ -1484,10 +1484,8 @@ export class FakeKube {
       if (this.peek('pods').some((p) => p.metadata.name === podName)) this.appendLog(podName, 'collector', b);
     });
     deliver.stdin!.on('error', () => undefined);
-    if (this.collectorStdinClosedAtStart > 0) {
-      this.collectorStdinClosedAtStart--;
-      deliver.stdin!.end();
-    }
+    const jobName = pod.metadata.labels?.['job-name'] as string | undefined;
+    if (jobName && this.collectorStdinClosedJobs.delete(jobName)) deliver.stdin!.end();
     deliver.on('exit', (code) => {
       this.delivers.delete(podName);
       // Exited by itself with a failure (not stopped by us: that is a signal): the container ended,
