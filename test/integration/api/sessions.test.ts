@@ -8,6 +8,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestService, type TestService } from '../../support/service.ts';
+import { expectSessionFilesApi, type Send } from '../../support/session-files.ts';
 
 const asRoot = process.getuid?.() === 0;
 
@@ -134,49 +135,10 @@ describe.skipIf(!asRoot)('sessions API', () => {
     await svc.app.request(`/sessions/${s.session_id}`, { method: 'DELETE' });
   }, 120_000);
 
-  it('files API: put, get (ETag, 304, HEAD), list, delete in /workspace; traversal refused on every route; links never followed', async () => {
+  it('files API: put, get (ETag, 304, HEAD), list, delete in /workspace; traversal refused on every route; links, directories and FIFOs never followed', async () => {
     const s = await create();
-    const base = `/sessions/${s.session_id}/files`;
-    const put = (name: string, body: string | Buffer) => svc.app.request(`${base}/${name}`, { method: 'PUT', headers: { 'content-type': 'application/octet-stream' }, body });
-    expect((await put('data.csv', 'a,b\n1,2\n')).status).toBe(201);
-    expect((await put('data.csv', 'a,b\n3,4\n')).status).toBe(200);
-    const c = await exec(s.session_id, { code: 'print(open("data.csv").read().split()[1])\nopen("out.txt", "w").write("from cell")\nimport os\nos.symlink("/etc/passwd", "link")\nos.mkdir("sub")' });
-    expect(c).toMatchObject({ success: true, stdout: '3,4\n' });
-    const got = await svc.get(`${base}/out.txt`);
-    expect(got.status).toBe(200);
-    expect(await got.text()).toBe('from cell');
-    const etag = got.headers.get('etag')!;
-    expect(etag).toMatch(/^"[0-9a-f]{64}"$/);
-    expect((await svc.get(`${base}/out.txt`, { 'if-none-match': etag })).status).toBe(304);
-    const head = await svc.app.request(`${base}/out.txt`, { method: 'HEAD' });
-    expect(head.status).toBe(200);
-    expect(head.headers.get('content-length')).toBe('9');
-    const list = await json(await svc.get(base));
-    expect(list.items.map((f: any) => f.name)).toEqual(['data.csv', 'out.txt']);
-    // The cell's link to /etc/passwd: never followed, for reading or writing.
-    expect((await svc.get(`${base}/link`)).status).toBe(409);
-    expect((await put('link', 'overwritten')).status).toBe(409);
-    expect((await svc.get(`${base}/sub`)).status).toBe(409);
-    const { readFileSync } = await import('node:fs');
-    expect(readFileSync('/etc/passwd', 'utf8')).not.toContain('overwritten');
-    // Names a URL parser resolves away ('..') never reach a file route; the rest reach it and are 400.
-    for (const bad of ['..', '%2E%2E']) {
-      for (const res of [await svc.get(`${base}/${bad}`), await put(bad, 'x'), await svc.app.request(`${base}/${bad}`, { method: 'DELETE' })]) {
-        expect(res.status, bad).toBeGreaterThanOrEqual(400);
-        expect(res.status, bad).toBeLessThan(500);
-      }
-    }
-    for (const bad of ['..%2F..%2Fetc%2Fpasswd', '%2Fetc%2Fpasswd', 'a%5Cb', 'a%00b', 'a%0Ab']) {
-      for (const res of [await svc.get(`${base}/${bad}`), await svc.app.request(`${base}/${bad}`, { method: 'HEAD' }), await put(bad, 'x'), await svc.app.request(`${base}/${bad}`, { method: 'DELETE' })]) {
-        expect(res.status, `${bad}`).toBe(400);
-      }
-    }
-    expect((await put('big.bin', Buffer.alloc(svc.config.max_artifact_bytes + 1))).status).toBe(413);
-    expect((await svc.app.request(`${base}/out.txt`, { method: 'DELETE' })).status).toBe(204);
-    expect((await svc.get(`${base}/out.txt`)).status).toBe(404);
-    expect((await svc.app.request(`${base}/out.txt`, { method: 'DELETE' })).status).toBe(404);
-    await svc.app.request(`/sessions/${s.session_id}`, { method: 'DELETE' });
-    expect((await svc.get(`${base}/data.csv`)).status).toBe(409);
+    const send: Send = (method, p, body, headers) => Promise.resolve(svc.app.request(p, { method, ...(headers ? { headers } : {}), ...(body === undefined ? {} : { body }) }));
+    await expectSessionFilesApi(send, s.session_id, (code) => exec(s.session_id, { code }), svc.config.max_artifact_bytes);
   }, 120_000);
 
   it('the sweep ends idle and over-lifetime sessions (injected clock)', async () => {
