@@ -9,91 +9,23 @@ import { spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, describe, expect, it } from 'vitest';
+import { call, closeMcpClients, httpClient, MCP_TOOLS as TOOLS, ok, RUN, sessionRoundTrip, trackMcpClient, type Answer } from '../../support/mcp-client.ts';
 import { useServedService } from '../../support/service.ts';
 
 const TOKEN = 'mcp-test-token-0123456789abcdef';
 const BIN = path.resolve('src/cli/sandpod.js');
 const asRoot = process.getuid?.() === 0;
-const TOOLS = ['close_session', 'create_session', 'download_file', 'list_job_types', 'run_python', 'session_execute', 'upload_file'];
 
-type Answer = Record<string, any>;
-const clients: Client[] = [];
-afterAll(async () => {
-  for (const c of clients) await c.close().catch(() => {});
-});
-
-async function httpClient(url: string, token?: string): Promise<Client> {
-  const client = new Client({ name: 'sandpod-test', version: '1.0.0' });
-  const headers: Record<string, string> = token ? { authorization: `Bearer ${token}` } : {};
-  await client.connect(new StreamableHTTPClientTransport(new URL(`${url}/mcp`), { requestInit: { headers } }));
-  clients.push(client);
-  return client;
-}
+afterAll(closeMcpClients);
 
 async function stdioClient(url: string, token: string): Promise<Client> {
   const client = new Client({ name: 'sandpod-test-stdio', version: '1.0.0' });
   const env = Object.fromEntries(Object.entries(process.env).filter(([k, v]) => v !== undefined && !k.startsWith('SANDPOD_'))) as Record<string, string>;
   await client.connect(new StdioClientTransport({ command: process.execPath, args: [BIN, 'mcp', '--url', url, '--token', token], env, stderr: 'pipe' }));
-  clients.push(client);
+  trackMcpClient(client);
   return client;
-}
-
-/** Calls a tool; returns its structured answer, or the error text when `isError`. */
-async function call(client: Client, name: string, args: Record<string, unknown> = {}): Promise<{ ok: boolean; value: Answer; text: string; result: CallToolResult }> {
-  const result = (await client.callTool({ name, arguments: args }, undefined, { timeout: 120_000 })) as CallToolResult;
-  const text = result.content.map((c) => (c.type === 'text' ? c.text : '')).join('\n');
-  return { ok: result.isError !== true, value: (result.structuredContent ?? {}) as Answer, text, result };
-}
-
-async function ok(client: Client, name: string, args: Record<string, unknown> = {}): Promise<Answer> {
-  const r = await call(client, name, args);
-  expect(r.ok, r.text).toBe(true);
-  expect(JSON.parse(r.result.content[0]!.type === 'text' ? r.result.content[0]!.text : 'null')).toEqual(r.value);
-  return r.value;
-}
-
-const RUN = 'import json\nprint("hello", 6 * 7)\nopen("/output/plot.txt", "w").write("p" * 10)\njson.dump({"answer": 42}, open("/output/result.json", "w"))\n';
-
-/** The session round trip every transport must pass. */
-async function sessionRoundTrip(client: Client, url: string) {
-  const s = await ok(client, 'create_session', { idle_timeout: 120 });
-  expect(s).toMatchObject({ status: 'ready', cells: 0, idle_timeout: 120 });
-  const id = s.session_id as string;
-  try {
-    const c1 = await ok(client, 'session_execute', { session_id: id, code: 'x = 1' });
-    expect(c1).toMatchObject({ session_id: id, cell: 1, success: true, stdout: '' });
-    const c2 = await ok(client, 'session_execute', { session_id: id, code: 'print(x)' });
-    expect(c2).toMatchObject({ cell: 2, success: true, stdout: '1\n' });
-
-    const up = await ok(client, 'upload_file', { session_id: id, name: 'data.csv', content: 'a,b\n1,2\n3,4\n' });
-    expect(up).toMatchObject({ name: 'data.csv', size_bytes: 12 });
-    const c3 = await ok(client, 'session_execute', {
-      session_id: id,
-      code: 'rows = open("data.csv").read().splitlines()\nprint(len(rows))\nopen("summary.txt", "w").write(f"rows={len(rows)} x={x}")\nopen("/output/cell.bin", "wb").write(bytes(range(256)))',
-    });
-    expect(c3).toMatchObject({ cell: 3, success: true, stdout: '3\n' });
-    expect(c3.artifacts).toEqual([expect.objectContaining({ name: 'cell.bin', size_bytes: 256, url: `${url}/jobs/${c3.job_id}/artifacts/cell.bin` })]);
-
-    const down = await ok(client, 'download_file', { session_id: id, name: 'summary.txt' });
-    expect(down).toMatchObject({ session_id: id, name: 'summary.txt', encoding: 'utf8', text: 'rows=3 x=1' });
-    const bin = await ok(client, 'download_file', { job_id: c3.job_id, name: 'cell.bin' });
-    expect(bin.encoding).toBe('base64');
-    expect(Buffer.from(bin.content_base64, 'base64')).toEqual(Buffer.from(Array.from({ length: 256 }, (_, i) => i)));
-
-    const missing = await call(client, 'download_file', { session_id: id, name: 'nope.txt' });
-    expect(missing.ok).toBe(false);
-    expect(missing.text).toMatch(/HTTP 404/);
-  } finally {
-    const closed = await ok(client, 'close_session', { session_id: id });
-    expect(closed).toMatchObject({ session_id: id, status: 'ended', end_reason: 'closed' });
-  }
-  const after = await call(client, 'session_execute', { session_id: id, code: 'print(x)' });
-  expect(after.ok).toBe(false);
-  expect(after.text).toContain('has ended (closed)');
-  expect(after.text).toContain('HTTP 409');
 }
 
 describe.skipIf(!asRoot)('MCP with API tokens', () => {
