@@ -4,30 +4,10 @@
  * size and sha256; a job chains from another job's artifact; rerun and fork keep the files; bad names
  * (traversal, absolute paths, reserved names) are 400 and unknown artifacts 404.
  */
-import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { describeEachEngine } from '../../support/engines.ts';
+import { b64, expectInputFilesSeen, INPUT_FILES_REQUEST, sha } from '../../support/input-files.ts';
 import { startTestService, type TestService } from '../../support/service.ts';
-
-const b64 = (s: string | Buffer) => Buffer.from(s).toString('base64');
-const sha = (s: string | Buffer) => createHash('sha256').update(s).digest('hex');
-
-/** Lists /input/files, reads each file, and tries to write there and to replace a file. */
-const PROBE = `
-import json, os, hashlib
-d = '/input/files'
-files = {n: hashlib.sha256(open(os.path.join(d, n), 'rb').read()).hexdigest() for n in sorted(os.listdir(d))}
-def attempt(f):
-    try:
-        f()
-        return 'written'
-    except OSError as e:
-        return type(e).__name__
-write_new = attempt(lambda: open(os.path.join(d, 'new.txt'), 'w').write('x'))
-overwrite = attempt(lambda: open(os.path.join(d, 'a.txt'), 'w').write('x'))
-remove = attempt(lambda: os.remove(os.path.join(d, 'a.txt')))
-json.dump({'files': files, 'write_new': write_new, 'overwrite': overwrite, 'remove': remove, 'a': open(os.path.join(d, 'a.txt')).read()}, open('/output/result.json', 'w'))
-`;
 
 /** Waits (generously) until the default job type has a ready warm sandbox. */
 async function warmReady(svc: TestService): Promise<void> {
@@ -37,8 +17,6 @@ async function warmReady(svc: TestService): Promise<void> {
   }
   throw new Error('no warm sandbox became ready in 60 s');
 }
-
-const BINARY = Buffer.from([0, 1, 2, 255, 254, 10, 13]);
 
 describeEachEngine('input files on a real sandbox', (engine) => {
   for (const mode of ['cold', 'warm'] as const) {
@@ -53,18 +31,12 @@ describeEachEngine('input files on a real sandbox', (engine) => {
       });
 
       it('the files are there, read-only, with their exact bytes', async () => {
-        const res = await svc.post('/execute', { code: PROBE, input_files: { 'a.txt': b64('hello'), 'bin.dat': b64(BINARY), 'ünï côdé.csv': b64('x,y\n') } });
+        const res = await svc.post('/execute', INPUT_FILES_REQUEST);
         const body = (await res.json()) as Record<string, any>;
         expect(res.status, JSON.stringify(body)).toBe(200);
-        expect(body.success, body.stderr).toBe(true);
-        expect(body.output.files).toEqual({ 'a.txt': sha('hello'), 'bin.dat': sha(BINARY), 'ünï côdé.csv': sha('x,y\n') });
-        expect(body.output.a).toBe('hello');
-        for (const k of ['write_new', 'overwrite', 'remove']) expect(body.output[k], k).not.toBe('written');
         const rec = (await (await svc.get(`/jobs/${body.execution_id}?view=full`)).json()) as Record<string, any>;
-        expect(rec.input_artifacts.map((a: any) => a.name)).toEqual(['_code.py', '_input.json', 'a.txt', 'bin.dat', 'ünï côdé.csv']);
-        expect(rec.input_artifacts[3]).toEqual({ name: 'bin.dat', size_bytes: BINARY.length, sha256: sha(BINARY), content_type: 'application/octet-stream', path: '/input/files/bin.dat' });
         const dl = await svc.get(`/jobs/${body.execution_id}/artifacts/bin.dat`);
-        expect(Buffer.from(await dl.arrayBuffer())).toEqual(BINARY);
+        expectInputFilesSeen(body, rec, Buffer.from(await dl.arrayBuffer()));
         if (mode === 'warm') expect(svc.runtime.warmPoolStats?.().find((p) => p.job_type === 'default')?.hits).toBeGreaterThanOrEqual(1);
       }, 90_000);
 
