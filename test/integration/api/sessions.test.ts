@@ -78,6 +78,16 @@ describe.skipIf(!asRoot)('sessions API', () => {
     await svc.app.request(`/sessions/${s.session_id}`, { method: 'DELETE' });
   }, 120_000);
 
+  it('a cell whose interpreter is killed (not by the memory limit) is `killed`, and the session ends crashed', async () => {
+    const s = await create();
+    await exec(s.session_id, { code: 'x = 1' });
+    const killed = await exec(s.session_id, { code: 'import os, signal\nprint("going", flush=True)\nos.kill(os.getpid(), signal.SIGKILL)' });
+    expect(killed).toMatchObject({ success: false, stdout: 'going\n', error: { type: 'killed' } });
+    expect((await json(await svc.get(`/jobs/${killed.execution_id}`))).status).toBe('failed');
+    expect(await json(await svc.get(`/sessions/${s.session_id}`))).toMatchObject({ status: 'ended', end_reason: 'crashed' });
+    expect((await svc.post(`/sessions/${s.session_id}/execute`, { code: 'print(x)' })).status).toBe(409);
+  }, 120_000);
+
   it('a cell continues the request’s trace: trace_id on its record, TRACEPARENT in its environment for that cell only', async () => {
     const s = await create();
     const traceId = '4bf92f3577b34da6a3ce929d0e0e4736';

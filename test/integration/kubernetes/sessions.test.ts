@@ -4,7 +4,8 @@
  * attach: a session's pod (labelled with its id, the gVisor RuntimeClass, read-only /code and /input),
  * state across cells, cells as execution records with their own artifacts, two sessions apart, the
  * files API with traversal attempts and planted links, a timeout that keeps the state, a kill that
- * ends the session `crashed`, an OOM kill that ends it `oom`, and closing deleting the pod's Job.
+ * ends the session `crashed` (as does a cell whose interpreter is killed: that cell is `killed`, not
+ * `oom`), an OOM kill that ends it `oom`, and closing deleting the pod's Job.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SESSION_LABELS } from '../../../src/runtime/kubernetes/session/session-job.ts';
@@ -136,6 +137,16 @@ describe('sessions on the Kubernetes runtime (fake API server, real runner and c
     const stubborn = await exec(s.session_id, { code: 'import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(30)', timeout: 1 });
     expect(stubborn).toMatchObject({ success: false, error: { type: 'execution_timeout' } });
     expect(await json(await svc.get(`/sessions/${s.session_id}`))).toMatchObject({ status: 'ended', end_reason: 'crashed' });
+  }, 60_000);
+
+  it('a cell whose interpreter is killed (not by the memory limit) is `killed`, and the session ends crashed', async () => {
+    const s = await create();
+    await exec(s.session_id, { code: 'x = 1' });
+    const killed = await exec(s.session_id, { code: 'import os, signal\nprint("going", flush=True)\nos.kill(os.getpid(), signal.SIGKILL)' });
+    expect(killed).toMatchObject({ success: false, stdout: 'going\n', error: { type: 'killed' } });
+    expect((await json(await svc.get(`/jobs/${killed.execution_id}`))).status).toBe('failed');
+    expect(await json(await svc.get(`/sessions/${s.session_id}`))).toMatchObject({ status: 'ended', end_reason: 'crashed' });
+    expect((await svc.post(`/sessions/${s.session_id}/execute`, { code: 'print(x)' })).status).toBe(409);
   }, 60_000);
 
   it('an OOM kill of the pod ends the session oom; the cell says so', async () => {

@@ -236,6 +236,9 @@ export class KubeSessionSandbox implements SessionSandbox {
       exitCode: timedOut ? null : result ? (typeof report.exit_code === 'number' ? report.exit_code : 1) : 137,
       timedOut: timedOut ? 'execution' : null,
       oomKilled: oom,
+      // The end of the session read the pod's status for an OOM kill (end()): a runner gone without
+      // one was killed otherwise (a signal, the pod deleted), which is `killed`, not `oom`.
+      oomDetectable: true,
       phase: result && report.exit_code === 0 ? 'completed' : timedOut ? 'execution' : 'failed',
       endedAt: new Date(t1),
       executionMs: typeof report.execution_ms === 'number' ? report.execution_ms : t1 - t0,
