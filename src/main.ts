@@ -178,8 +178,11 @@ export async function createService(config: Config, o: ServiceOverrides = {}): P
     webhooks,
     ...(sessions ? { sessions } : {}),
     async start() {
-      await runtime.start();
+      // The job types first: a runtime's pools size themselves from them as soon as it starts, and
+      // before the first list a registry answers only the built-in `default` (a pool would start
+      // sandboxes of a type the cluster does not have, to replace them a moment later).
       await registry.start?.();
+      await runtime.start();
       await executions.start();
       await waiter.start();
       await events.start();
