@@ -7,23 +7,34 @@ import { formatValiIssues } from './errors.ts';
 import { incomingOf, requestHeader } from './request-header.ts';
 
 /**
- * The request body as text, at most `limit` bytes (413 beyond). On a real socket it is read straight
- * from Node's IncomingMessage: no web-stream wrapping, and an oversized body is refused from its
- * Content-Length before a byte is read. Listeners, not `for await`: leaving a `for await` early
- * destroys the stream (and the socket with it), so the 413 could not be read by the client; here the
- * rest is left to the clean-up of middleware/body-rules.ts, which discards it before closing.
+ * The request body as text, at most `limit` bytes (413 beyond, naming max_body_bytes): see
+ * {@link readBodyBytes}.
  */
 export async function readBody(c: Context, limit: number): Promise<string> {
   const tooLarge = () => new AppError('payload_too_large', `request body exceeds ${limit} bytes (max_body_bytes)`);
+  return (await readBodyBytes(c, limit, tooLarge)).toString('utf8');
+}
+
+/**
+ * The request body's bytes, at most `limit` (`tooLarge()` is thrown beyond). On a real socket it is
+ * read straight from Node's IncomingMessage: no web-stream wrapping, and an oversized body is refused
+ * from its Content-Length before a byte is read. Listeners, not `for await`: leaving a `for await`
+ * early destroys the stream (and the socket with it), so the 413 could not be read by the client;
+ * here the rest is left to the clean-up of middleware/body-rules.ts, which discards it and keeps the
+ * connection. (Touching `c.req.raw.body` first, as hono's bodyLimit does, wraps the socket in a web
+ * stream nobody reads: that clean-up can then not drain it, the next request on the connection is
+ * never read, and the keep-alive timer resets the connection under the client.)
+ */
+export async function readBodyBytes(c: Context, limit: number, tooLarge: () => Error): Promise<Buffer> {
   const incoming = incomingOf(c);
   if (!incoming) {
-    const text = await c.req.text();
-    if (Buffer.byteLength(text, 'utf8') > limit) throw tooLarge();
-    return text;
+    const data = Buffer.from(await c.req.arrayBuffer());
+    if (data.length > limit) throw tooLarge();
+    return data;
   }
   if (Number(incoming.headers['content-length'] ?? 0) > limit) throw tooLarge();
-  if (incoming.readableEnded) return '';
-  return new Promise<string>((resolve, reject) => {
+  if (incoming.readableEnded) return Buffer.alloc(0);
+  return new Promise<Buffer>((resolve, reject) => {
     const chunks: Buffer[] = [];
     let total = 0;
     const settle = (err: Error | null) => {
@@ -34,7 +45,7 @@ export async function readBody(c: Context, limit: number): Promise<string> {
       if (err) {
         incoming.pause();
         reject(err);
-      } else resolve(Buffer.concat(chunks, total).toString('utf8'));
+      } else resolve(Buffer.concat(chunks, total));
     };
     const onData = (chunk: Buffer) => {
       total += chunk.length;

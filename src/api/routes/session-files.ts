@@ -4,7 +4,6 @@
  * (`src/sessions/files.ts` holds the rules: plain names, no links followed, `max_artifact_bytes`).
  */
 import { Hono, type Context } from 'hono';
-import { bodyLimit } from 'hono/body-limit';
 import { describeRoute } from 'hono-openapi';
 import * as v from 'valibot';
 import { AppError } from '../../errors.ts';
@@ -13,6 +12,7 @@ import type { SessionManager } from '../../sessions/manager.ts';
 import type { AppDeps, AppEnv } from '../deps.ts';
 import { errorResponses, jsonResponse, pathParam } from '../openapi.ts';
 import { requestHeader } from '../request-header.ts';
+import { readBodyBytes } from '../validate.ts';
 import { contentDisposition, etagMatches } from './jobs.ts';
 
 const FileSchema = v.strictObject({ name: v.string(), size_bytes: v.number(), modified_at: v.string() });
@@ -49,12 +49,13 @@ export function sessionFileRoutes(deps: AppDeps) {
       requestBody: { content: { 'application/octet-stream': { schema: { type: 'string', format: 'binary' } } } },
       responses: { 201: jsonResponse('Created', WrittenSchema), 200: jsonResponse('Replaced', WrittenSchema), ...errorResponses(400, 404, 409, 413, 415, 501) },
     }),
-    bodyLimit({ maxSize: max, onError: () => { throw new AppError('payload_too_large', `the file is over max_artifact_bytes (${max})`); } }),
     async (c) => {
+      // Read from the socket as JSON bodies are (validate.ts): an oversized file is a 413 the client
+      // reads, and the connection stays usable (the unread rest is discarded by body-rules.ts).
+      const data = await readBodyBytes(c, max, () => new AppError('payload_too_large', `the file is over max_artifact_bytes (${max})`));
       const name = c.req.param('name');
       checkFileName(name);
       const files = await sessions().files(c.req.param('id'));
-      const data = Buffer.from(await c.req.arrayBuffer());
       const w = await files.write(name, data, max);
       return c.json({ name, size_bytes: w.size, sha256: w.sha256 }, w.created ? 201 : 200);
     },

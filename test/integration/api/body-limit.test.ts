@@ -2,13 +2,14 @@
  * A body over max_body_bytes is answered 413, and the client reads that answer (issue 23 item 4):
  * clients that write the whole request before reading (Python's http.client, requests, urllib) must
  * not get a broken pipe, even when their body arrives late. Raw sockets, so the test writes exactly
- * as such a client does: every byte first, then read.
+ * as such a client does: every byte first, then read. The same for a session file's PUT over
+ * max_artifact_bytes (issue 19), whose body is raw bytes, not JSON.
  */
 import { connect, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import type { ServerType } from '@hono/node-server';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { listen, startTestService, type TestService } from '../../support/service.ts';
+import { listen, startTestService, useServedService, type TestService } from '../../support/service.ts';
 
 const LIMIT = 1024 * 1024;
 const BODY = Buffer.alloc(2_000_000, 'a');
@@ -108,4 +109,43 @@ describe('413 for a body over max_body_bytes', () => {
     expect(received.slice(0, 12)).toBe('HTTP/1.1 413');
     sock.destroy();
   }, 30_000);
+});
+
+describe.skipIf(process.getuid?.() !== 0)('413 for a session file over max_artifact_bytes', () => {
+  const served = useServedService({ max_artifact_bytes: LIMIT, warm_pool: { sizes: {} } });
+
+  /** Writes each request whole on one connection, then reads: the answers, in order. */
+  async function onOneConnection(requests: (string | Buffer)[], expectAnswers: number): Promise<string> {
+    const port = Number(new URL(served.url).port);
+    const sock = connect(port, '127.0.0.1');
+    await new Promise<void>((resolve) => sock.once('connect', resolve));
+    let received = '';
+    sock.on('data', (c: Buffer) => (received += c.toString('latin1')));
+    sock.on('error', () => {});
+    for (const r of requests) await write(sock, r);
+    await expect.poll(() => received.split('HTTP/1.1 ').length - 1, { timeout: 15_000 }).toBe(expectAnswers);
+    sock.destroy();
+    return received;
+  }
+
+  it('the client reads the 413 and the connection stays usable (Content-Length, and chunked)', async () => {
+    const created = await fetch(`${served.url}/sessions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
+    const id = ((await created.json()) as { session_id: string }).session_id;
+    const host = `Host: 127.0.0.1:${new URL(served.url).port}`;
+    const head = (extra: string) => `PUT /sessions/${id}/files/big.bin HTTP/1.1\r\n${host}\r\nContent-Type: application/octet-stream\r\n${extra}\r\n`;
+    const big = Buffer.alloc(LIMIT + 1, 'b');
+    const a = await onOneConnection([head(`Content-Length: ${big.length}\r\n`), big, `GET /sessions/${id}/files HTTP/1.1\r\n${host}\r\n\r\n`], 2);
+    expect(a.slice(0, 12)).toBe('HTTP/1.1 413');
+    expect(a).toContain('over max_artifact_bytes');
+    expect(a).toContain('{"items":[],"count":0}');
+    const piece = Buffer.alloc(64 * 1024, 'c');
+    const chunks = Array.from({ length: 17 }, () => Buffer.concat([Buffer.from(`${piece.length.toString(16)}\r\n`), piece, Buffer.from('\r\n')]));
+    const b = await onOneConnection([head('Transfer-Encoding: chunked\r\n'), ...chunks, '0\r\n\r\n', `GET /livez HTTP/1.1\r\n${host}\r\n\r\n`], 2);
+    expect(b.slice(0, 12)).toBe('HTTP/1.1 413');
+    expect(b).toContain('{"status":"ok"}');
+    // A file within the cap is written as before.
+    const ok = await fetch(`${served.url}/sessions/${id}/files/small.bin`, { method: 'PUT', headers: { 'content-type': 'application/octet-stream' }, body: Buffer.alloc(LIMIT, 's') });
+    expect(ok.status).toBe(201);
+    await fetch(`${served.url}/sessions/${id}`, { method: 'DELETE' });
+  }, 60_000);
 });
