@@ -254,7 +254,9 @@ describe('a burst through three service processes (fake API server, real runner,
     const sync = (code: string) =>
       fetch(`${a.url}/execute`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ code }), signal: AbortSignal.timeout(110_000) }).then(async (res) => ({ status: res.status, body: (await res.json()) as J }));
     // Pods made from now on start their runner late; the two ready pool pods are used up first, so the
-    // run below misses the pool and gets a cold attach pod whose runner is not listening yet.
+    // run below misses the pool and gets a cold attach pod whose runner is not listening yet. The pool
+    // is full first (run alone, this test starts before the leader has filled it).
+    await fake.waitFor(() => unclaimedPool().length === POOL_SIZE, 20_000, 'the warm pool filled');
     fake.mainStartDelayMs = 120_000;
     try {
       for (const r of await Promise.all([sync('print("w1")'), sync('print("w2")')])) expect(r.status).toBe(200);
