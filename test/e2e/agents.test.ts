@@ -191,11 +191,16 @@ describe.skipIf(!KUBECONFIG)('agents over HTTP on a real cluster (needs SANDPOD_
     const a = pooled;
     const b = await create();
     expect((await podsOf(b.session_id))[0]!.metadata?.name).not.toBe((await podsOf(a.session_id))[0]!.metadata?.name);
-    expect(await exec(a.session_id, { code: 'secret = 42\nopen("mine.txt", "w").write("a")\nimport subprocess\np = subprocess.Popen(["sleep", "300"])' })).toMatchObject({ success: true });
-    const PROBE = 'import os, json\nprint(json.dumps({"secret": "secret" in globals(), "file": os.path.exists("mine.txt"), "ls": sorted(os.listdir(".")), "sleep": any(b"sleep" in open("/proc/%s/cmdline" % q, "rb").read() for q in os.listdir("/proc") if q.isdigit())}))';
-    // The probe sees a's own process in a (it can fail), and nothing of a's in b.
-    expect(JSON.parse((await exec(a.session_id, { code: PROBE })).stdout)).toEqual({ secret: true, file: true, ls: expect.arrayContaining(['mine.txt']), sleep: true });
-    expect(JSON.parse((await exec(b.session_id, { code: PROBE })).stdout)).toEqual({ secret: false, file: false, ls: [], sleep: false });
+    // a starts a process of its own, marked so that nothing else matches it.
+    const mark = `sp-mark-${randomUUID().slice(0, 8)}`;
+    expect(await exec(a.session_id, { code: `secret = 42\nopen("mine.txt", "w").write("a")\nimport subprocess, sys\np = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "${mark}"])` })).toMatchObject({ success: true });
+    const PROBE = `import os, json\ncmds = []\nfor q in os.listdir("/proc"):\n    if q.isdigit():\n        try:\n            cmds.append(open("/proc/%s/cmdline" % q, "rb").read().replace(b"\\0", b" ").decode())\n        except OSError:\n            pass\nprint(json.dumps({"secret": "secret" in globals(), "file": os.path.exists("mine.txt"), "ls": sorted(os.listdir(".")), "mark": any("${mark}" in c for c in cmds), "n": len(cmds)}))\nprint(json.dumps(sorted(cmds)))`;
+    // The probe sees a's own process in a (so it can fail), and nothing of a's in b.
+    const inA = (await exec(a.session_id, { code: PROBE })).stdout.split('\n');
+    const inB = (await exec(b.session_id, { code: PROBE })).stdout.split('\n');
+    console.log(`processes seen in a: ${inA[1]}; in b: ${inB[1]}`);
+    expect(JSON.parse(inA[0]!)).toMatchObject({ secret: true, file: true, ls: expect.arrayContaining(['mine.txt']), mark: true });
+    expect(JSON.parse(inB[0]!)).toMatchObject({ secret: false, file: false, ls: [], mark: false });
     expect((await get(`/sessions/${b.session_id}/files`)).items).toEqual([]);
     expect((await send('GET', `/sessions/${b.session_id}/files/mine.txt`)).status).toBe(404);
     expect(await (await send('GET', `/sessions/${a.session_id}/files/mine.txt`)).text()).toBe('a');
@@ -205,7 +210,7 @@ describe.skipIf(!KUBECONFIG)('agents over HTTP on a real cluster (needs SANDPOD_
 
   it('the files API on every route: traversal, absolute and encoded names, planted links, directories and FIFOs refused', async () => {
     const s = await create();
-    await expectSessionFilesApi(send, s.session_id, (code) => exec(s.session_id, { code }), svc.config.max_artifact_bytes);
+    await expectSessionFilesApi(send, s.session_id, (code) => exec(s.session_id, { code }), svc.config.max_artifact_bytes, { fifo: GVISOR ? 'unseen' : 'refused' });
   }, SLOW_MS);
 
   it('a cell that ignores its interrupt is killed with its sandbox: the session ends crashed, its Job goes', async () => {

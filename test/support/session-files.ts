@@ -19,11 +19,22 @@ export type ExecCell = (code: string) => Promise<Record<string, any>>;
 
 const octet = { 'content-type': 'application/octet-stream' };
 
+/** What differs between runtimes. */
+export interface FilesApiOptions {
+  /**
+   * How a FIFO a cell made looks to the files API: `refused` (409: seen, not a regular file; local
+   * runtime, runc pods), or `unseen` (404, like no file: under gVisor a named pipe lives in the pod
+   * sandbox's kernel, which another container's view of the shared workspace, the collector's, does
+   * not show). Default `refused`.
+   */
+  fifo?: 'refused' | 'unseen';
+}
+
 /**
  * The whole files round trip on a fresh session `sessionId` (with nothing in its workspace yet);
  * ends by closing the session. `maxArtifactBytes` is the service's `max_artifact_bytes`.
  */
-export async function expectSessionFilesApi(send: Send, sessionId: string, exec: ExecCell, maxArtifactBytes: number): Promise<void> {
+export async function expectSessionFilesApi(send: Send, sessionId: string, exec: ExecCell, maxArtifactBytes: number, opts: FilesApiOptions = {}): Promise<void> {
   const base = `/sessions/${sessionId}/files`;
   const put = (name: string, body: string | Buffer) => send('PUT', `${base}/${name}`, body, octet);
   const json = async (res: Response) => (await res.json()) as Record<string, any>;
@@ -51,10 +62,14 @@ export async function expectSessionFilesApi(send: Send, sessionId: string, exec:
   const list = await send('GET', base);
   expect(list.status).toBe(200);
   expect((await json(list)).items.map((f: any) => f.name)).toEqual(['data.csv', 'out.txt']);
-  for (const name of ['link', 'up', 'sub', 'fifo']) {
+  for (const name of ['link', 'up', 'sub', ...(opts.fifo === 'unseen' ? [] : ['fifo'])]) {
     expect((await send('GET', `${base}/${name}`)).status, `GET ${name}`).toBe(409);
     expect((await send('HEAD', `${base}/${name}`)).status, `HEAD ${name}`).toBe(409);
     expect((await put(name, 'overwritten')).status, `PUT ${name}`).toBe(409);
+  }
+  if (opts.fifo === 'unseen') {
+    expect((await send('GET', `${base}/fifo`)).status, 'GET fifo').toBe(404);
+    expect((await send('HEAD', `${base}/fifo`)).status, 'HEAD fifo').toBe(404);
   }
 
   // Names a URL parser resolves away ('..') never reach a file route: some 4xx. The rest reach it: 400.
