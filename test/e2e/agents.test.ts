@@ -194,8 +194,9 @@ describe.skipIf(!KUBECONFIG)('agents over HTTP on a real cluster (needs SANDPOD_
     // a starts a process of its own, marked so that nothing else matches it.
     const mark = `sp-mark-${randomUUID().slice(0, 8)}`;
     expect(await exec(a.session_id, { code: `secret = 42\nopen("mine.txt", "w").write("a")\nimport subprocess, sys\np = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "${mark}"])` })).toMatchObject({ success: true });
-    const PROBE = `import os, json\ncmds = []\nfor q in os.listdir("/proc"):\n    if q.isdigit():\n        try:\n            cmds.append(open("/proc/%s/cmdline" % q, "rb").read().replace(b"\\0", b" ").decode())\n        except OSError:\n            pass\nprint(json.dumps({"secret": "secret" in globals(), "file": os.path.exists("mine.txt"), "ls": sorted(os.listdir(".")), "mark": any("${mark}" in c for c in cmds), "n": len(cmds)}))\nprint(json.dumps(sorted(cmds)))`;
-    // The probe sees a's own process in a (so it can fail), and nothing of a's in b.
+    const PROBE = `import os, json\ncmds = []\nfor q in os.listdir("/proc"):\n    if q.isdigit():\n        try:\n            cmds.append(open("/proc/%s/cmdline" % q, "rb").read().replace(b"\\0", b" ").decode())\n        except OSError:\n            pass\nprint(json.dumps({"secret": "secret" in globals(), "file": os.path.exists("mine.txt"), "ls": sorted(os.listdir(".")), "mark": any("${mark}" in c for c in cmds), "n": len(cmds)}))\nprint(json.dumps(sorted(c[:60] for c in cmds)))`;
+    // The probe sees a's own process in a (so it can fail), and nothing of a's in b. (Not just any
+    // "sleep": each pod's runner is `python3 -c <its source>`, and that source has the word.)
     const inA = (await exec(a.session_id, { code: PROBE })).stdout.split('\n');
     const inB = (await exec(b.session_id, { code: PROBE })).stdout.split('\n');
     console.log(`processes seen in a: ${inA[1]}; in b: ${inB[1]}`);
