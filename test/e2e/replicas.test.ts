@@ -32,11 +32,13 @@ describe.skipIf(!RELEASE_READY)('three replicas on a real cluster (needs the cha
   /** Run pods seen per execution label, from polling the runs namespace. */
   const podsByExecution = new Map<string, Set<string>>();
   /**
-   * Pods seen with their `collector` ended by exit code 3: deliver.py's "stdin closed before the
-   * program came" (seen under kcluster's gVisor adapter). The program never reached such a pod; its
-   * attempt failed at once and the service ran the program in a new pod, so it is no second run.
+   * Pods the program never reached, by uid: their `collector` log (deliver.py relays the runner's
+   * phase lines there) has no `execution` line once the pod is going. A hand-over that failed before
+   * the program started (under kcluster's gVisor adapter a collector can find its stdin closed at
+   * start) fails that attempt and the service runs the program in a new pod: no second run.
    */
   const neverDelivered = new Set<string>();
+  const classified = new Set<string>();
   let watching: NodeJS.Timeout | null = null;
 
   const lease = async () => (await rel.coordination.readNamespacedLease({ name: `${rel.release}-sandpod-leader`, namespace: rel.ns })).spec ?? {};
@@ -81,10 +83,11 @@ describe.skipIf(!RELEASE_READY)('three replicas on a real cluster (needs the cha
       expect(r!.stdout).toBe(`${tag}\n`);
       expect(r!.result).toEqual({ id: tag });
     }
-    const doubled = [...podsByExecution].map(([id, pods]) => [id, [...pods].filter((uid) => !neverDelivered.has(uid))] as const).filter(([, pods]) => pods.length > 1);
+    const ours = new Set(rows.map((r) => String(r.id)));
+    const doubled = [...podsByExecution].filter(([id]) => ours.has(id)).map(([id, pods]) => [id, [...pods].filter((uid) => !neverDelivered.has(uid))] as const).filter(([, pods]) => pods.length > 1);
     expect(doubled).toEqual([]);
-    const retried = [...podsByExecution].filter(([, pods]) => [...pods].some((uid) => neverDelivered.has(uid)));
-    if (retried.length > 0) console.log(`runs whose first pod never got the program (collector exit 3), run again in a new pod: ${retried.length}`);
+    const retried = [...podsByExecution].filter(([id, pods]) => ours.has(id) && [...pods].some((uid) => neverDelivered.has(uid)));
+    if (retried.length > 0) console.log(`runs with a pod the program never reached (a failed hand-over), run again in a new pod: ${retried.length}`);
   }
 
   beforeAll(async () => {
@@ -114,7 +117,19 @@ describe.skipIf(!RELEASE_READY)('three replicas on a real cluster (needs the cha
             const set = podsByExecution.get(id) ?? new Set<string>();
             set.add(p.metadata.uid);
             podsByExecution.set(id, set);
-            if (p.status?.containerStatuses?.some((c) => c.name === 'collector' && c.state?.terminated?.exitCode === 3)) neverDelivered.add(p.metadata.uid);
+            const uid = p.metadata.uid;
+            const collectorEnded = p.status?.containerStatuses?.some((c) => c.name === 'collector' && c.state?.terminated);
+            // Only pods whose program goes by attach (their collector is deliver.py, with stdin) say so.
+            const byAttach = p.spec?.containers.some((c) => c.name === 'collector' && c.stdin);
+            if (byAttach && (p.metadata.deletionTimestamp || collectorEnded) && !classified.has(uid)) {
+              classified.add(uid);
+              rel.core
+                .readNamespacedPodLog({ namespace: rel.runsNs, name: p.metadata.name!, container: 'collector' })
+                .then((log) => {
+                  if (!/^execution$/m.test(String(log))) neverDelivered.add(uid);
+                })
+                .catch(() => classified.delete(uid)); // not readable yet (or any more): tried again next time
+            }
           }
         })
         .catch(() => undefined);
@@ -179,6 +194,7 @@ describe.skipIf(!RELEASE_READY)('three replicas on a real cluster (needs the cha
       holder = (await lease()).holderIdentity ?? '';
     }
     const movedMs = Date.now() - t0;
+    console.log(`the Lease moved ${movedMs} ms after the leader's deletion; load ${(await import('node:os')).loadavg().map((l) => l.toFixed(1)).join(' ')}`);
     expect(holder).not.toBe(old);
     expect(holder).not.toBe('');
     // Released on SIGTERM: a follower takes it within a retry period, far inside the 10 s renew deadline.
