@@ -121,7 +121,10 @@ describe.skipIf(!RELEASE_READY)('three replicas on a real cluster (needs the cha
             const collectorEnded = p.status?.containerStatuses?.some((c) => c.name === 'collector' && c.state?.terminated);
             // Only pods whose program goes by attach (their collector is deliver.py, with stdin) say so.
             const byAttach = p.spec?.containers.some((c) => c.name === 'collector' && c.stdin);
-            if (byAttach && (p.metadata.deletionTimestamp || collectorEnded) && !classified.has(uid)) {
+            // A pod deleted before it was ever scheduled ran nothing (a run requeued by a draining replica
+            // whose pod still waited for CPU: the next holder removes it and starts afresh).
+            if (p.metadata.deletionTimestamp && !p.spec?.nodeName) neverDelivered.add(uid);
+            else if (byAttach && (p.metadata.deletionTimestamp || collectorEnded) && !classified.has(uid)) {
               classified.add(uid);
               rel.core
                 .readNamespacedPodLog({ namespace: rel.runsNs, name: p.metadata.name!, container: 'collector' })
