@@ -30,6 +30,12 @@ async function start(over: Record<string, unknown> = {}, tuning: { poolRefillDel
   return rt;
 }
 
+/** The pool pod a warm run claimed (it carries the run's labels once claimed). */
+async function claimedPod(id: string): Promise<string> {
+  const find = () => fake.list('pods', NS).find((p) => p.metadata.labels?.[LABELS.executionId] === id)?.metadata.name;
+  await fake.waitFor(() => !!find(), 5000, `the pod of ${id}`);
+  return find()!;
+}
 const poolJobs = (jobTypeName = 'default') => fake.list('jobs', NS).filter((j) => j.metadata.labels?.[POOL_LABELS.pool] === jobTypeName);
 const idle = (jobTypeName = 'default') => poolJobs(jobTypeName).filter((j) => !j.metadata.labels?.[LABELS.executionId]);
 const readyIdle = () =>
@@ -136,9 +142,11 @@ describe('cluster warm pool (fake API server, real runner)', () => {
       if (id) byPod.set(p.metadata.name, [...(byPod.get(p.metadata.name) ?? []), id]);
     }
     for (const ids of byPod.values()) expect(ids).toHaveLength(1);
-    // Each pod's collector got exactly one hand-over.
-    const attachedPods = fake.attaches.map((a) => a.pod);
+    // Each pod's collector got exactly one hand-over. (A claim that lost its race may have attached
+    // already: such an attach wrote nothing.)
+    const attachedPods = fake.attaches.filter((a) => a.stdin.length > 0).map((a) => a.pod);
     expect(new Set(attachedPods).size).toBe(attachedPods.length);
+    expect(attachedPods).toHaveLength(raws.length);
     const stats = [one, two].flatMap((r) => r.warmPoolStats!());
     const hits = stats.reduce((n, x) => n + x.hits, 0);
     expect(hits + stats.reduce((n, x) => n + x.misses, 0)).toBe(6);
@@ -146,6 +154,47 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     // Both take the oldest ready pod first: some claims (Job patches) lost the race (409) and went on to the next.
     const claims = fake.requests.filter((r) => r.method === 'PATCH' && r.path.includes('/jobs/')).length;
     expect(claims).toBeGreaterThan(hits);
+  });
+
+  it('the attach begins with the claim; a claim that loses leaves its attach open and unwritten, and the pod serves a later run', async () => {
+    const rt = await start();
+    // Ready as this runtime's cache sees it too (the second candidate must be there).
+    await fake.waitFor(() => readyIdle().length === 2 && rt.warmPoolStats!().find((x) => x.job_type === 'default')?.ready === 2, 5000, 'ready');
+    // The first candidate's patch and its retry at the version read again both get 409, as when
+    // another replica claimed it between our read and our patch.
+    fake.failNext(/\/apis\/batch\/v1\/namespaces\/[^/]+\/jobs\/[^/]+$/, 409, 2, 'PATCH');
+    const a = spec({ code: 'print("a")' });
+    const ra = await rt.run(a);
+    expect(ra.stdout).toBe('a\n');
+    const podA = await claimedPod(a.executionId);
+    const early = fake.attaches.filter((x) => x.pod !== podA);
+    // The lost pod was attached to before its claim was decided; nothing was written, and the attach
+    // was not closed (with stdinOnce, closing it would close the collector's stdin).
+    expect(early).toHaveLength(1);
+    expect(early[0]!.stdin).toEqual([]);
+    expect(early[0]!.ended).toBe(false);
+    const lost = early[0]!.pod;
+    expect(fake.list('pods', NS).find((p) => p.metadata.name === lost)?.metadata.labels?.[LABELS.executionId]).toBeUndefined();
+    // That pod is still idle and whole: the next run takes it (oldest first) and runs on it.
+    const b = spec({ code: 'print("b")' });
+    const rb = await rt.run(b);
+    expect(rb.stdout).toBe('b\n');
+    expect(await claimedPod(b.executionId)).toBe(lost);
+    expect(fake.attaches.filter((x) => x.pod === lost).map((x) => x.stdin.length > 0)).toEqual([false, true]);
+    expect(rt.warmPoolStats!().find((x) => x.job_type === 'default')).toMatchObject({ hits: 2, misses: 0, handover_retries: 0 });
+  });
+
+  it('two runs of one replica at once claim different pods without racing: no 409, no spare attach', async () => {
+    const rt = await start();
+    await fake.waitFor(() => readyIdle().length === 2 && rt.warmPoolStats!().find((x) => x.job_type === 'default')?.ready === 2, 5000, 'ready');
+    const from = fake.requests.length;
+    const specs = [spec({ code: 'print(1)' }), spec({ code: 'print(2)' })];
+    const raws = await Promise.all(specs.map((s) => rt.run(s)));
+    expect(raws.map((r) => r.stdout)).toEqual(['1\n', '2\n']);
+    const patches = fake.apiCalls(from).filter((r) => r.method === 'PATCH' && /\/jobs\/[^/]+$/.test(r.path));
+    expect(patches).toHaveLength(2);
+    expect(fake.attaches.filter((x) => x.container === 'collector').every((x) => x.stdin.length > 0)).toBe(true);
+    expect(new Set(fake.attaches.map((x) => x.pod)).size).toBe(2);
   });
 
   it('a restarted service adopts its idle pool; a JobType change replaces it; a deleted JobType removes it', async () => {

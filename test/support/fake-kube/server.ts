@@ -224,6 +224,8 @@ export interface AttachCall {
   protocol: string;
   /** Everything the client wrote to stdin. */
   stdin: Buffer[];
+  /** The stream ended (either side closed it, or the container ended). */
+  ended: boolean;
 }
 
 type Selector = { key: string; op: '=' | '!=' | 'exists' | '!exists'; value?: string }[];
@@ -1357,7 +1359,7 @@ export class FakeKube {
     }
     if (url.searchParams.get('stdin') === 'true' && !spec.stdin) return refuse(400, status(400, 'BadRequest', `stdin is not enabled for container ${container}`));
     this.wss.handleUpgrade(req, socket, head, (ws) => {
-      const call: AttachCall = { namespace: ns, pod: podName, container, protocol: ws.protocol, stdin: [] };
+      const call: AttachCall = { namespace: ns, pod: podName, container, protocol: ws.protocol, stdin: [], ended: false };
       this.attaches.push(call);
       const open = this.openAttaches.get(podName) ?? new Set<WebSocket>();
       this.openAttaches.set(podName, open.add(ws));
@@ -1384,6 +1386,7 @@ export class FakeKube {
         }
       });
       ws.on('close', () => {
+        call.ended = true;
         proc?.sinks.delete(sink);
         // stdinOnce: the first attach's end closes the container's stdin for good.
         if (firstAttach && spec && (spec as { stdinOnce?: boolean }).stdinOnce) proc?.child.stdin?.end();

@@ -57,11 +57,18 @@ export interface WarmPoolOptions {
 }
 
 /** A claimed pool pod. */
-export interface Claim {
+export interface Claim<E = never> {
   job: V1Job;
   pod: V1Pod;
   /** Settles once the pod carries the run's labels (rejects when it could not be labelled). */
   labelled: Promise<void>;
+  /** What `early` began for this pod while its claim was decided. */
+  early?: E;
+}
+
+/** Begun for a candidate pod while its claim is decided (an attach); abandoned when the claim is not won. */
+export interface EarlyStart {
+  abandon(): void;
 }
 
 /** See the module comment. */
@@ -69,6 +76,11 @@ export class WarmPool {
   private readonly counts = new Map<string, { hits: number; misses: number; handOverRetries: number }>();
   /** Spec hash per JobType name, from the last pass (claims only take pods of the current spec). */
   private hashes = new Map<string, string>();
+  /**
+   * Pool Jobs a claim of this replica is patching, or won while the cache does not show it yet: other
+   * runs here skip them instead of racing for them (a lost race would cost a 409 and an attach).
+   */
+  private readonly claiming = new Set<string>();
   /** Claimed Jobs whose run this replica saw end: their refill need not wait. */
   private readonly over = new Set<string>();
   /** Pool pods of a JobType that failed in a row (reset when one is ready), and when the last did. */
@@ -125,6 +137,11 @@ export class WarmPool {
       out.push(m);
     }
     for (const n of this.over) if (!names.has(n)) this.over.delete(n);
+    // A won claim is skipped until the cache shows it claimed (or gone).
+    for (const n of this.claiming) {
+      const j = this.o.controller.jobs.get(n);
+      if (!j || memberOf(j, undefined)?.claimed) this.claiming.delete(n);
+    }
     const now = this.o.clock.now();
     for (const [name, p] of this.pending) {
       if (this.o.controller.jobs.get(name) || now - p.at > 30_000) this.pending.delete(name);
@@ -231,9 +248,11 @@ export class WarmPool {
 
   /**
    * Claims a ready pod of the run's JobType for the run, or returns null (a miss: none ready, or all
-   * taken by others meanwhile). Counts hits and misses of pooled types.
+   * taken by others meanwhile). Counts hits and misses of pooled types. `early(pod)` is begun for each
+   * candidate as its patch is sent (it must start nothing in the pod: the claim is not won yet) and
+   * abandoned unless that claim wins.
    */
-  async claim(spec: RunSpec): Promise<Claim | null> {
+  async claim<E extends EarlyStart = never>(spec: RunSpec, early?: (podName: string) => E): Promise<Claim<E> | null> {
     const jt = spec.jobType;
     if (this.stopped || this.sizeOf(jt) <= 0) return null;
     const count = this.counts.get(jt.name) ?? { hits: 0, misses: 0, handOverRetries: 0 };
@@ -255,16 +274,26 @@ export class WarmPool {
       // by another run of this replica, came back through the watch): a Job claimed since is not a
       // candidate, and a patch at its new version would succeed and hand one pod to two runs.
       const now = memberOf(job, pod);
-      if (!now || now.claimed || now.deleting) continue;
-      let updated = await this.o.api.patchJobIfUnchanged(ns, name, claimJobPatch(job, spec, grace, this.o.clock.now()));
-      if (!updated) {
-        // 409: changed since our cache saw it. Claimed by another replica: next one. Only its status
-        // changed (the cache lags): try once more at the version just read.
-        const fresh = await this.o.api.getJob(ns, name).catch(() => null);
-        const member = fresh ? memberOf(fresh, pod) : null;
-        if (fresh && member && !member.claimed && !member.deleting) updated = await this.o.api.patchJobIfUnchanged(ns, name, claimJobPatch(fresh, spec, grace, this.o.clock.now())).catch(() => null);
-        if (!updated) continue;
+      if (!now || now.claimed || now.deleting || this.claiming.has(name)) continue;
+      this.claiming.add(name);
+      const begun = early?.(pod.metadata.name);
+      let updated: V1Job | null = null;
+      try {
+        updated = await this.o.api.patchJobIfUnchanged(ns, name, claimJobPatch(job, spec, grace, this.o.clock.now()));
+        if (!updated) {
+          // 409: changed since our cache saw it. Claimed by another replica: next one. Only its status
+          // changed (the cache lags): try once more at the version just read.
+          const fresh = await this.o.api.getJob(ns, name).catch(() => null);
+          const member = fresh ? memberOf(fresh, pod) : null;
+          if (fresh && member && !member.claimed && !member.deleting) updated = await this.o.api.patchJobIfUnchanged(ns, name, claimJobPatch(fresh, spec, grace, this.o.clock.now())).catch(() => null);
+        }
+      } finally {
+        if (!updated) {
+          this.claiming.delete(name);
+          begun?.abandon();
+        }
       }
+      if (!updated) continue;
       // The pod carries the run's labels too, so `kubectl get pods -l sandpod.io/execution-id=<id>`
       // finds it and the controller's pod events reach the run. Patched while the program is handed
       // over (the run knows its pod by uid already); `labelled` settles when it is done.
@@ -275,7 +304,7 @@ export class WarmPool {
       labelled.catch(() => undefined);
       count.hits++;
       void this.kick();
-      return { job: updated, pod, labelled };
+      return { job: updated, pod, labelled, ...(begun ? { early: begun } : {}) };
     }
     count.misses++;
     void this.kick();

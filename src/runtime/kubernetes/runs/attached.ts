@@ -19,7 +19,7 @@ import { coldAttachJob } from '../pool/pool-plan.ts';
 import type { WarmPool } from '../pool/pool.ts';
 import { egressProxyUrlFor } from './build-job.ts';
 import type { EgressCredentials } from './egress.ts';
-import { handOver, HandOverError } from './hand-over.ts';
+import { handOver, HandOverError, openCollector, type CollectorAttach } from './hand-over.ts';
 
 /** How often a cold attach run tries to attach before the kubelet reports the collector running, ms. */
 const EARLY_ATTACH_INTERVAL_MS = 40;
@@ -87,7 +87,9 @@ export class AttachedRuns {
     for (let failures = 0; ; ) {
       // Claiming labels a pool Job with the execution: only while the run is surely ours.
       await assertHeld(options, 'claiming a warm pod');
-      const claim = await pool.claim(spec);
+      // The attach to each candidate's collector begins with its claim's patch (they overlap); the
+      // program goes on it only once the claim won (hand-over.ts, openCollector).
+      const claim = await pool.claim(spec, (podName) => openCollector(this.d.api, this.ns, podName));
       if (!claim) return null;
       const jobName = claim.job.metadata?.name ?? '';
       const podName = claim.pod.metadata?.name ?? '';
@@ -102,7 +104,7 @@ export class AttachedRuns {
       claim.labelled.catch((err: unknown) => this.d.log.warn({ execution_id: spec.executionId, pod: podName, err: String(err) }, 'could not label the claimed pod'));
       try {
         await assertHeld(options, 'handing the program over');
-        await this.deliver(key, podName, spec);
+        await this.deliver(key, podName, spec, undefined, claim.early);
       } catch (err) {
         if (err instanceof FencedError) {
           // Taken over with the pod claimed but empty: its new holder finds it (by label) and decides.
@@ -201,7 +203,7 @@ export class AttachedRuns {
   }
 
   /** Hands the program to `podName`'s collector; the run's execution starts when the runner says so. */
-  private async deliver(key: string, podName: string, spec: RunSpec, startupEndsAt?: number): Promise<void> {
+  private async deliver(key: string, podName: string, spec: RunSpec, startupEndsAt?: number, opened?: CollectorAttach): Promise<void> {
     const since = this.d.clock.now();
     // Signed now, for this run only: the pod was made before the run existed.
     const creds = await this.d.egress.forJob(spec);
@@ -211,7 +213,7 @@ export class AttachedRuns {
       limits: defaultOutputLimits(spec.maxArtifactBytes, spec.maxStdoutBytes),
       onDone: (exitCode) => this.d.controller.done(key, exitCode, this.d.clock.now()),
       onOutputs: (output) => this.d.controller.outputs(key, output),
-    });
+    }, opened);
     this.d.controller.setAttach(key, session);
     this.d.controller.delivered(key, this.d.clock.now(), since);
   }

@@ -7,6 +7,13 @@
  * back: the runner has started the program. Until then nothing of the user's has run, so a failure
  * here (an attach that drops or is refused, a collector that reports `undelivered`, no answer within
  * the limit) may be retried on another pod without running the program twice.
+ *
+ * A warm run opens the attach while its claim is still being decided ({@link openCollector}): the
+ * upgrade through API server and kubelet overlaps the claim's patch. Nothing is written on it until
+ * the claim won, and nothing read from it is used before: attaching starts nothing in the pod (the
+ * collector waits for its header line). An attach whose claim was lost is never closed by us: with
+ * `stdinOnce` the container runtime closes the container's stdin when an attach ends, which would cut
+ * the hand-over of the run that did win the pod. It stays open, unread, until the pod ends it.
  */
 import { PassThrough } from 'node:stream';
 import type { AttachSession, KubeApi } from '../../../kube/index.ts';
@@ -56,11 +63,35 @@ export function handOverPayload(spec: Pick<RunSpec, 'code' | 'inputJson' | 'time
   return Buffer.concat([Buffer.from(JSON.stringify(header) + '\n', 'utf8'), code, input]);
 }
 
+/** An attach to a pod's collector opened before its claim was decided (see the module comment). */
+export interface CollectorAttach {
+  readonly pod: string;
+  /** The attach; rejects when the upgrade was refused or failed. */
+  readonly session: Promise<AttachSession>;
+  /** From now on its stdout goes to `onStdout` (before: dropped; the collector says nothing before its payload). */
+  listen(onStdout: (chunk: Buffer) => void): void;
+  /** The claim was lost or failed: never written to, never read, left open (see the module comment). */
+  abandon(): void;
+}
+
+/** Starts attaching to `pod`'s collector; see {@link CollectorAttach}. */
+export function openCollector(api: Pick<KubeApi, 'attach'>, ns: string, pod: string): CollectorAttach {
+  let sink: ((chunk: Buffer) => void) | null = null;
+  const session = api.attach(ns, pod, CONTAINERS.collector, (chunk) => sink?.(chunk));
+  session.catch(() => undefined);
+  return {
+    pod,
+    session,
+    listen: (onStdout) => (sink = onStdout),
+    abandon: () => (sink = null),
+  };
+}
+
 /**
- * Hands `spec`'s program to `pod`; resolves with the open attach once the program started (the
+ * Hands `spec`'s program to `pod` (through `opened` when the attach was opened already); resolves with the open attach once the program started (the
  * caller closes it when the run ends), rejects with {@link HandOverError} when it did not.
  */
-export async function handOver(api: Pick<KubeApi, 'attach'>, ns: string, pod: string, spec: RunSpec, o: HandOverOptions): Promise<AttachSession> {
+export async function handOver(api: Pick<KubeApi, 'attach'>, ns: string, pod: string, spec: RunSpec, o: HandOverOptions, opened?: CollectorAttach): Promise<AttachSession> {
   let started!: () => void;
   let failed!: (why: string) => void;
   const ack = new Promise<void>((resolve, reject) => {
@@ -100,7 +131,9 @@ export async function handOver(api: Pick<KubeApi, 'attach'>, ns: string, pod: st
       } else if (text.startsWith('undelivered')) failed(`its collector said: ${text.slice('undelivered'.length).trim() || 'undelivered'}`);
     },
   });
-  session = await api.attach(ns, pod, CONTAINERS.collector, (chunk) => stream.feed(chunk));
+  const attach = opened?.pod === pod ? opened : openCollector(api, ns, pod);
+  attach.listen((chunk) => stream.feed(chunk));
+  session = await attach.session;
   void session.ended.then(() => {
     failed('the attach to its collector ended before the program started');
     outputs?.pipe.end();
