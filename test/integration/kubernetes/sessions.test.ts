@@ -5,7 +5,8 @@
  * state across cells, cells as execution records with their own artifacts, two sessions apart, the
  * files API with traversal attempts and planted links, a timeout that keeps the state, a kill that
  * ends the session `crashed` (as does a cell whose interpreter is killed: that cell is `killed`, not
- * `oom`), an OOM kill that ends it `oom`, and closing deleting the pod's Job.
+ * `oom`), an OOM kill that ends it `oom`, idle and lifetime expiry on an injected clock, and closing
+ * deleting the pod's Job.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SESSION_LABELS } from '../../../src/runtime/kubernetes/session/session-job.ts';
@@ -21,6 +22,9 @@ let fake: FakeKube;
 let database: TestDatabase;
 let svc: TestService;
 let restore: (() => void) | undefined;
+/** The service's clock: real time, or `now` while `frozen` (the idle and lifetime test). */
+let now = Date.now();
+let frozen = false;
 const CONFIG = { runtime: 'kubernetes', max_sessions: 4, kubernetes: { executor_image: 'sandpod/executor:test', deadline_grace_seconds: 5, preflight: false } };
 
 const json = async (res: Response) => (await res.json()) as J;
@@ -39,7 +43,7 @@ beforeAll(async () => {
   fake.addRuntimeClass('gvisor');
   restore = useFakeKubeconfig(fake);
   database = await freshDatabase();
-  svc = await startTestService(CONFIG, {}, database);
+  svc = await startTestService(CONFIG, { now: () => (frozen ? now : Date.now()) }, database);
 }, 120_000);
 
 afterAll(async () => {
@@ -158,6 +162,28 @@ describe('sessions on the Kubernetes runtime (fake API server, real runner and c
     expect(await json(await cell)).toMatchObject({ success: false, error: { type: 'oom' } });
     expect(await json(await svc.get(`/sessions/${s.session_id}`))).toMatchObject({ status: 'ended', end_reason: 'oom' });
   }, 60_000);
+
+  it('the sweep ends idle and over-lifetime sessions (injected clock) and deletes their pods\' Jobs', async () => {
+    const idle = await create({ idle_timeout: 60 });
+    const life = await create({ idle_timeout: 3600, max_lifetime: 120 });
+    const jobOf = (id: string) => podOf(id)!.metadata.labels!['job-name']!;
+    const jobs = [jobOf(idle.session_id), jobOf(life.session_id)];
+    now = Date.now();
+    frozen = true;
+    try {
+      now += 61_000;
+      expect(await exec(life.session_id, { code: 'print(1)' })).toMatchObject({ success: true }); // used: not idle
+      await svc.sessions!.sweep();
+      expect(await json(await svc.get(`/sessions/${idle.session_id}`))).toMatchObject({ status: 'ended', end_reason: 'idle' });
+      expect((await json(await svc.get(`/sessions/${life.session_id}`))).status).toBe('ready');
+      now += 60_000;
+      await svc.sessions!.sweep();
+      expect(await json(await svc.get(`/sessions/${life.session_id}`))).toMatchObject({ status: 'ended', end_reason: 'lifetime' });
+    } finally {
+      frozen = false;
+    }
+    await fake.waitFor(() => !fake.list('jobs', NS).some((j) => jobs.includes(j.metadata.name)), 10_000, "the expired sessions' Jobs deleted");
+  }, 120_000);
 
   it('a lost attach (an API server restart) is made again: between cells, and during one', async () => {
     const s = await create();
