@@ -255,7 +255,15 @@ describeEachEngine('sessions from the warm pool', (engine) => {
     const victims = pooled.map((d) => ({ d, pids: cgroupPids(instance, d) })).filter((v) => v.pids.length > 0);
     expect(victims.length).toBeGreaterThanOrEqual(1);
     const before = sessionDirs();
-    for (const v of victims) for (const pid of v.pids) process.kill(pid, 'SIGKILL');
+    // One killed may take others of its cgroup with it before their turn: a pid already gone is fine.
+    const kill = (pid: number) => {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'ESRCH') throw err;
+      }
+    };
+    for (const v of victims) for (const pid of v.pids) kill(pid);
     await wait('the dead ones dropped', () => victims.every((v) => !existsSync(path.join(runsDir, v.d))));
     await wait('replacements ready', () => (stat('default')?.ready ?? 0) >= 1);
     const fresh = [...sessionDirs()].filter((d) => !before.has(d) && !taken.has(d));

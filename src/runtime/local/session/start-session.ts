@@ -4,28 +4,18 @@
  * `LocalSessionSandbox.start` with the runtime's host, cgroups, spawner and the job type's limits. The
  * isolation of a pooled sandbox is therefore a session sandbox's by construction.
  */
-import type { Clock } from '../../../clock.ts';
-import { sessionPoolSizes, type Config } from '../../../config.ts';
+import { sessionPoolSizes } from '../../../config.ts';
 import { FileJobTypeRegistry, type JobType } from '../../../jobtypes/job-type.ts';
-import type { Logger } from '../../../logger.ts';
 import type { SessionOpenOptions } from '../../session.ts';
-import type { LocalBuilder } from '../builds/build.ts';
-import { sandboxInstaller, type InstallContext } from '../builds/install-sandbox.ts';
-import type { Prepared } from '../runs/run-state.ts';
+import { sandboxInstaller } from '../builds/install-sandbox.ts';
+import type { Prepared, RunContext } from '../runs/run-state.ts';
 import { runLimits } from '../runs/steps.ts';
 import { sessionDeps } from './session-deps.ts';
 import { SessionPool } from './session-pool.ts';
 import { LocalSessionSandbox } from './session-sandbox.ts';
 
-/** What {@link startSessionSandbox} needs of the local runtime. */
-export interface StartSessionContext {
-  config: Config;
-  clock: Clock;
-  log: Logger;
-  builder: LocalBuilder;
-  runsc: string | null;
-  installContext(p: Prepared): InstallContext;
-}
+/** What {@link startSessionSandbox} needs of the local runtime: the part of a run's context it uses. */
+export type StartSessionContext = Pick<RunContext, 'config' | 'clock' | 'log' | 'builder' | 'runsc' | 'installContext'>;
 
 /** Starts a session sandbox of `jobType`; throws when sessions cannot run here or it could not start. */
 export async function startSessionSandbox(c: StartSessionContext, p: Prepared, jobType: JobType, o: SessionOpenOptions): Promise<LocalSessionSandbox> {
