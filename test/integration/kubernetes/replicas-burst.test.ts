@@ -96,6 +96,11 @@ describe('a burst through three service processes (fake API server, real runner,
   const leaderOf = async (p: ServiceProcess): Promise<J> => (((await (await fetch(`${p.url}/health`)).json()) as J).sandbox?.detail?.leader ?? {}) as J;
   const code = (tag: string) => `open(${JSON.stringify(ledger)}, "a").write(${JSON.stringify(tag)} + "\\n")\nprint(${JSON.stringify(tag)})\n`;
   const unclaimedPool = () => fake.peek('jobs').filter((j) => j.metadata.namespace === NS).filter((j) => j.metadata.labels?.[POOL_LABELS.pool] && !j.metadata.labels?.[LABELS.executionId] && !j.metadata.deletionTimestamp);
+  /** Unclaimed pool Jobs whose pod's runner is ready: what a claim takes (a Job whose pod still starts is passed over). */
+  const readyPool = () => {
+    const ready = new Set(fake.peek('pods').filter((p) => p.metadata.namespace === NS && !p.metadata.deletionTimestamp && (p.status?.containerStatuses ?? []).some((c: J) => c.name === 'main' && c.ready === true)).map((p) => p.metadata.labels?.['job-name'] as string));
+    return unclaimedPool().filter((j) => ready.has(j.metadata.name));
+  };
 
   it(`${ASYNC} async and ${SYNC} sync runs, round-robin over the replicas, each succeed exactly once; sync answers are 200`, async () => {
     // One leader among the three, and the pool filled before the clock starts.
@@ -217,6 +222,7 @@ describe('a burst through three service processes (fake API server, real runner,
     const program = `import os, time\nopen(${JSON.stringify(ledger)}, "a").write("stall\\n")\nopen(${JSON.stringify(started)}, "w").close()\nwhile not os.path.exists(${JSON.stringify(release)}):\n    time.sleep(0.05)\nprint("stall")\n`;
     const a = replicas[0]!;
     const answer = fetch(`${a.url}/execute`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ code: program }), signal: AbortSignal.timeout(110_000) }).then(async (res) => ({ status: res.status, body: (await res.json()) as J }));
+    answer.catch(() => undefined); // awaited below (see the next test)
     const waitUntil = async (what: string, ok: () => boolean | Promise<boolean>, ms: number) => {
       for (const end = Date.now() + ms; !(await ok()); await new Promise((r) => setTimeout(r, 100))) if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
     };
@@ -255,12 +261,16 @@ describe('a burst through three service processes (fake API server, real runner,
       fetch(`${a.url}/execute`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ code }), signal: AbortSignal.timeout(110_000) }).then(async (res) => ({ status: res.status, body: (await res.json()) as J }));
     // Pods made from now on start their runner late; the two ready pool pods are used up first, so the
     // run below misses the pool and gets a cold attach pod whose runner is not listening yet. The pool
-    // is full first (run alone, this test starts before the leader has filled it).
-    await fake.waitFor(() => unclaimedPool().length === POOL_SIZE, 20_000, 'the warm pool filled');
+    // is full and ready first (run alone, this test starts before the leader has filled it; after the
+    // stall test, the refill of the pod that test used may still be starting: a run that passes it
+    // over goes cold, waits out its startup timeout and takes the test's time).
+    await fake.waitFor(() => readyPool().length === POOL_SIZE, 30_000, 'the warm pool filled and ready');
     fake.mainStartDelayMs = 120_000;
     try {
       for (const r of await Promise.all([sync('print("w1")'), sync('print("w2")')])) expect(r.status).toBe(200);
       const answer = sync('print("fresh")');
+      // Awaited below; should a wait before that fail, its rejection (the replicas stopped) is not an unhandled error as well.
+      answer.catch(() => undefined);
       const db = new pg.Client({ connectionString: procs.db().url! });
       await db.connect();
       try {
