@@ -164,6 +164,9 @@ export class SandboxPool {
     this.setTarget(key, target);
     this.learned.delete(key);
     this.sizes.set(target.jobType.name, target.size);
+    // Planned now, not at the next tick: the stats say the new size at once, and a smaller size retires
+    // the excess (with one ready already, nothing else would tick soon).
+    this.tick();
     if (this.entries.some((e) => e.key === key && e.state === 'ready')) return;
     const ready = new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`no warm sandbox of ${target.jobType.name} became ready within ${timeoutMs} ms`)), timeoutMs);
