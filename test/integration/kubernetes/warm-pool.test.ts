@@ -394,6 +394,30 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     }
   });
 
+  it('a pool Job create whose answer was lost (the API server stored it) is not made twice', async () => {
+    // Every create's answer is lost, its retries' too (they find the Job and are refused 409 first),
+    // and the informer shows nothing new meanwhile (events held): as a loaded API server that answers
+    // late. The pool must count the Jobs it may have made, not make more.
+    fake.holdEvents();
+    fake.failNext(/\/apis\/batch\/v1\/namespaces\/[^/]+\/jobs$/, 500, 40, 'POST', { afterCommit: true });
+    const seen = new Set<string>();
+    const poll = setInterval(() => {
+      for (const j of poolJobs()) seen.add(j.metadata.name);
+    }, 5);
+    try {
+      await start();
+      await fake.waitFor(() => poolJobs().length >= 2, 5000, 'the pool Jobs made');
+      // Many pool passes (50 ms apart) while the informer still shows none of them.
+      await new Promise((r) => setTimeout(r, 1000));
+      expect(seen.size).toBe(2);
+      fake.releaseEvents();
+      await fake.waitFor(() => readyIdle().length === 2, 8000, 'the pool ready');
+      expect(seen.size).toBe(2);
+    } finally {
+      clearInterval(poll);
+    }
+  });
+
   it('cold_start attach hands the program over before the kubelet reports main running (attach asks the runtime)', async () => {
     const rt = await start({ warm_pool_size: 0, cold_start: 'attach' });
     // The status of a started main trails by 3 s here; the runtime itself knows at once.

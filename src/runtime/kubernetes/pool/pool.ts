@@ -20,6 +20,7 @@ import type { JobType } from '../../../jobtypes/job-type.ts';
 import type { KubeApi } from '../../../kube/index.ts';
 import type { Logger } from '../../../logger.ts';
 import type { RunSpec, WarmPoolStats } from '../../runtime.ts';
+import { UnretryableError } from '../../../errors.ts';
 import type { RunController } from '../runs/controller.ts';
 import { poolable, claimJobPatch, claimPodPatch, poolJob } from './pool-plan.ts';
 import { claimOrder, memberOf, planPool, poolBackoffMs, type PoolMember, type PoolWant } from './pool-decide.ts';
@@ -235,11 +236,18 @@ export class WarmPool {
       const jt = byName.get(c.jobType);
       if (!jt) continue;
       for (let i = 0; i < c.count; i++) {
+        // A pass outlives its leadership when the API is slow: a replica that stopped leading makes no more.
+        if (this.o.leading && !this.o.leading()) return;
         const t = await this.template(jt, `sp-w-${randomBytes(6).toString('hex')}`);
         if (!t) continue;
-        this.pending.set(t.job.metadata!.name!, { jobType: jt.name, specHash: t.specHash, at: this.o.clock.now() });
+        const name = t.job.metadata!.name!;
+        this.pending.set(name, { jobType: jt.name, specHash: t.specHash, at: this.o.clock.now() });
         await this.o.api.createJob(t.job).catch((err: unknown) => {
-          this.pending.delete(t.job.metadata!.name!);
+          // Only a refusal (a 4xx but 408/429) surely made nothing. Anything else (no answer in time, a
+          // dropped connection, a 5xx) may have stored the Job: it stays counted as starting until the
+          // informer shows it or the pending entry lapses, as Kubernetes' own controllers keep their
+          // expectations after a create that timed out; dropping it made one Job too many.
+          if (err instanceof UnretryableError) this.pending.delete(name);
           throw err;
         });
       }
