@@ -215,7 +215,8 @@ describe('three replicas (fake API server, real runner)', () => {
     const started = new Promise<void>((r) => (running = r));
     const run = rt.run(s, { signal: ac.signal, onPhase: (p) => p === 'execution' && running() });
     run.catch(() => undefined);
-    await started;
+    // A run that ends before its program started fails the test at once (not at its timeout).
+    await Promise.race([started, run.then((r) => Promise.reject(new Error(`the run ended before its program started: ${JSON.stringify(r.observation)}`)))]);
     return { ac, run };
   }
 
@@ -237,6 +238,8 @@ describe('three replicas (fake API server, real runner)', () => {
     await Promise.all(['r0', 'r1', 'r2'].map((id) => replica(id)));
     await fake.waitFor(() => leaders().length === 1, 5000, 'a leader');
     await fake.waitFor(() => readyIdle().length === 2, 8000, 'two ready pool pods');
+    // r0's informer too: a claim it made before would miss and start a cold pod, which nothing here runs.
+    await fake.waitFor(() => replicas[0]!.warmPoolStats!().some((st) => st.ready === 2), 8000, 'r0 sees two ready');
     const ledger = path.join(mkdtempSync(path.join(tmpdir(), 'ledger-')), 'ran.log');
     const s = ledgered(ledger);
     const pods = podsOf(s);
@@ -262,6 +265,8 @@ describe('three replicas (fake API server, real runner)', () => {
     await Promise.all(['r0', 'r1', 'r2'].map((id) => replica(id)));
     await fake.waitFor(() => leaders().length === 1, 5000, 'a leader');
     await fake.waitFor(() => readyIdle().length === 2, 8000, 'two ready pool pods');
+    // r0's informer too: a claim it made before would miss and start a cold pod, which nothing here runs.
+    await fake.waitFor(() => replicas[0]!.warmPoolStats!().some((st) => st.ready === 2), 8000, 'r0 sees two ready');
     const ledger = path.join(mkdtempSync(path.join(tmpdir(), 'ledger-')), 'ran.log');
     const s = ledgered(ledger);
     const pods = podsOf(s);
