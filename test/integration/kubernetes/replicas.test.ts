@@ -105,10 +105,10 @@ describe('three replicas (fake API server, real runner)', () => {
     expect(replicas.map((r) => r.leadership!().holder)).toEqual(expect.arrayContaining([leader.identity]));
     expect((await replicas[0]!.health()).detail?.leader).toMatchObject({ enabled: true, lease: 'sandpod/sandpod-leader' });
 
-    const fill = await maxPoolDuring(() => fake.waitFor(() => readyIdle().length === 2, 8000, 'two ready pool pods'));
+    const fill = await maxPoolDuring(() => fake.waitFor(() => readyIdle().length === 2, 20_000, 'two ready pool pods'));
     expect(fill).toBeLessThanOrEqual(2);
     // ... and every replica's informer has seen them ready (their startup probe passed last).
-    await fake.waitFor(() => replicas.every((r) => r.warmPoolStats!().some((st) => st.ready === 2)), 8000, 'every replica sees two ready');
+    await fake.waitFor(() => replicas.every((r) => r.warmPoolStats!().some((st) => st.ready === 2)), 20_000, 'every replica sees two ready');
 
     // Nine runs, three through each replica, at once: every one succeeds once, with its own output.
     const specs = Array.from({ length: 9 }, (_, i) => spec({ code: `print("run-${i}")` }));
@@ -151,7 +151,7 @@ describe('three replicas (fake API server, real runner)', () => {
   it('when the leader steps down (a shutdown begins) it releases the Lease; another replica leads within a retry or two and keeps the pool filled', async () => {
     await Promise.all(['r0', 'r1', 'r2'].map((id) => replica(id)));
     await fake.waitFor(() => leaders().length === 1, 5000, 'a leader');
-    await fake.waitFor(() => readyIdle().length === 2, 8000, 'two ready pool pods');
+    await fake.waitFor(() => readyIdle().length === 2, 20_000, 'two ready pool pods');
     const old = leaders()[0]!;
     const oldId = old.leadership!().identity;
     replicas = replicas.filter((r) => r !== old);
@@ -170,7 +170,7 @@ describe('three replicas (fake API server, real runner)', () => {
     const stopDriving = driveColdPods(() => 'cold\n');
     const runs = await Promise.all(two.map((s, i) => replicas[i]!.run(s))).finally(stopDriving);
     expect(runs.every((r) => r.observation.exitCode === 0)).toBe(true);
-    const max = await maxPoolDuring(() => fake.waitFor(() => readyIdle().length === 2, 8000, 'the pool refilled by the new leader'));
+    const max = await maxPoolDuring(() => fake.waitFor(() => readyIdle().length === 2, 20_000, 'the pool refilled by the new leader'));
     expect(max).toBeLessThanOrEqual(2);
     await old.stop();
   });
@@ -237,9 +237,9 @@ describe('three replicas (fake API server, real runner)', () => {
   it('a replica stalled mid-run is not run twice: the adopter re-attaches to its pod, and the stalled one, fenced, lets go without deleting it', async () => {
     await Promise.all(['r0', 'r1', 'r2'].map((id) => replica(id)));
     await fake.waitFor(() => leaders().length === 1, 5000, 'a leader');
-    await fake.waitFor(() => readyIdle().length === 2, 8000, 'two ready pool pods');
+    await fake.waitFor(() => readyIdle().length === 2, 20_000, 'two ready pool pods');
     // r0's informer too: a claim it made before would miss and start a cold pod, which nothing here runs.
-    await fake.waitFor(() => replicas[0]!.warmPoolStats!().some((st) => st.ready === 2), 8000, 'r0 sees two ready');
+    await fake.waitFor(() => replicas[0]!.warmPoolStats!().some((st) => st.ready === 2), 20_000, 'r0 sees two ready');
     const ledger = path.join(mkdtempSync(path.join(tmpdir(), 'ledger-')), 'ran.log');
     const s = ledgered(ledger);
     const pods = podsOf(s);
@@ -264,9 +264,9 @@ describe('three replicas (fake API server, real runner)', () => {
   it('a fresh attempt of an execution whose pod still runs (given back to the queue meanwhile) re-attaches to it instead of claiming a second pod', async () => {
     await Promise.all(['r0', 'r1', 'r2'].map((id) => replica(id)));
     await fake.waitFor(() => leaders().length === 1, 5000, 'a leader');
-    await fake.waitFor(() => readyIdle().length === 2, 8000, 'two ready pool pods');
+    await fake.waitFor(() => readyIdle().length === 2, 20_000, 'two ready pool pods');
     // r0's informer too: a claim it made before would miss and start a cold pod, which nothing here runs.
-    await fake.waitFor(() => replicas[0]!.warmPoolStats!().some((st) => st.ready === 2), 8000, 'r0 sees two ready');
+    await fake.waitFor(() => replicas[0]!.warmPoolStats!().some((st) => st.ready === 2), 20_000, 'r0 sees two ready');
     const ledger = path.join(mkdtempSync(path.join(tmpdir(), 'ledger-')), 'ran.log');
     const s = ledgered(ledger);
     const pods = podsOf(s);
@@ -286,7 +286,7 @@ describe('three replicas (fake API server, real runner)', () => {
   it('a replica taken over before it started anything starts nothing: no claim, no Job', async () => {
     await Promise.all(['r0', 'r1'].map((id) => replica(id)));
     await fake.waitFor(() => leaders().length === 1, 5000, 'a leader');
-    await fake.waitFor(() => readyIdle().length === 2, 8000, 'two ready pool pods');
+    await fake.waitFor(() => readyIdle().length === 2, 20_000, 'two ready pool pods');
     const s = spec();
     live.add(s.executionId);
     await expect(replicas[0]!.run(s, { confirmHeld: async () => false })).rejects.toBeInstanceOf(FencedError);

@@ -46,6 +46,12 @@ const readyIdle = () =>
     return main?.state?.running && main.ready && !pod?.metadata.deletionTimestamp;
   });
 
+/**
+ * The pool ready as the fake shows it and as the newest runtime's informer sees it: a claim made
+ * before its cache caught up would miss and start cold (on a loaded machine that lag is seconds).
+ */
+const poolReady = () => readyIdle().length === 2 && (runtimes.at(-1)?.warmPoolStats!().find((x) => x.job_type === 'default')?.ready ?? 0) >= 2;
+
 beforeEach(async () => {
   fake = await FakeKube.start({ runWarmPods: true, schedulePods: true });
   fake.addRuntimeClass('gvisor');
@@ -59,7 +65,7 @@ afterEach(async () => {
 describe('cluster warm pool (fake API server, real runner)', () => {
   it('fills the pool, and a run claims a pod: labels on Job and pod, code and input by attach, done ends it', async () => {
     const rt = await start();
-    await fake.waitFor(() => readyIdle().length === 2, 5000, 'two ready pool pods');
+    await fake.waitFor(() => poolReady(), 20_000, 'two ready pool pods');
     // (The fake maps the runner's paths to its own directories: the program reads its input through them.)
     const s = spec({ code: 'import json, sys\nprint(json.load(open(sys.argv[0].replace("/code/main.py", "/input/data.json")))["x"] * 2)', inputJson: '{"x": 21}' });
     const raw = await rt.run(s);
@@ -94,15 +100,15 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     const stats = rt.warmPoolStats!();
     expect(stats.find((x) => x.job_type === 'default')).toMatchObject({ target: 2, hits: 1, misses: 0 });
     // The pool refills.
-    await fake.waitFor(() => readyIdle().length === 2, 5000, 'refilled');
+    await fake.waitFor(() => poolReady(), 20_000, 'refilled');
   });
 
   it('never reuses a pod: a file and an environment change of one run are not seen by the next', async () => {
     const rt = await start();
-    await fake.waitFor(() => readyIdle().length === 2, 5000, 'ready');
+    await fake.waitFor(() => poolReady(), 20_000, 'ready');
     const a = await rt.run(spec({ code: 'import os\nopen("mark", "w").write("x")\nos.environ["MARK"] = "1"\nos.putenv("MARK", "1")\nprint(os.getpid())' }));
     expect(a.observation.exitCode).toBe(0);
-    await fake.waitFor(() => readyIdle().length === 2, 5000, 'refilled');
+    await fake.waitFor(() => poolReady(), 20_000, 'refilled');
     const b = await rt.run(spec({ code: 'import os\nprint(os.path.exists("mark"), os.environ.get("MARK"))' }));
     expect(b.stdout).toBe('False None\n');
     const claimedPods = fake.list('pods', NS).filter((p) => p.metadata.labels?.[LABELS.executionId]);
@@ -111,11 +117,11 @@ describe('cluster warm pool (fake API server, real runner)', () => {
 
   it("a claimed pod's refill waits for its run while another pod is ready, and starts when the run ends", async () => {
     const rt = await start({}, { poolRefillDelayMs: 60_000 });
-    await fake.waitFor(() => readyIdle().length === 2, 5000, 'two ready pool pods');
+    await fake.waitFor(() => poolReady(), 20_000, 'two ready pool pods');
     const names = () => new Set(poolJobs().map((j) => j.metadata.name));
     const before = names();
     const running = rt.run(spec({ code: 'import time\ntime.sleep(1.5)\nprint(1)' }));
-    await fake.waitFor(() => poolJobs().some((j) => j.metadata.labels?.[LABELS.executionId]), 5000, 'claimed');
+    await fake.waitFor(() => poolJobs().some((j) => j.metadata.labels?.[LABELS.executionId]), 20_000, 'claimed');
     // While the run goes on (the pool reconciles every 50 ms meanwhile), no new pool Job.
     await new Promise((r) => setTimeout(r, 1000));
     expect([...names()].filter((n) => !before.has(n))).toEqual([]);
@@ -159,7 +165,7 @@ describe('cluster warm pool (fake API server, real runner)', () => {
   it('the attach begins with the claim; a claim that loses leaves its attach open and unwritten, and the pod serves a later run', async () => {
     const rt = await start();
     // Ready as this runtime's cache sees it too (the second candidate must be there).
-    await fake.waitFor(() => readyIdle().length === 2 && rt.warmPoolStats!().find((x) => x.job_type === 'default')?.ready === 2, 5000, 'ready');
+    await fake.waitFor(() => poolReady(), 20_000, 'ready');
     // The first candidate's patch and its retry at the version read again both get 409, as when
     // another replica claimed it between our read and our patch.
     fake.failNext(/\/apis\/batch\/v1\/namespaces\/[^/]+\/jobs\/[^/]+$/, 409, 2, 'PATCH');
@@ -186,7 +192,7 @@ describe('cluster warm pool (fake API server, real runner)', () => {
 
   it('two runs of one replica at once claim different pods without racing: no 409, no spare attach', async () => {
     const rt = await start();
-    await fake.waitFor(() => readyIdle().length === 2 && rt.warmPoolStats!().find((x) => x.job_type === 'default')?.ready === 2, 5000, 'ready');
+    await fake.waitFor(() => poolReady(), 20_000, 'ready');
     const from = fake.requests.length;
     const specs = [spec({ code: 'print(1)' }), spec({ code: 'print(2)' })];
     const raws = await Promise.all(specs.map((s) => rt.run(s)));
@@ -199,7 +205,7 @@ describe('cluster warm pool (fake API server, real runner)', () => {
 
   it('a restarted service adopts its idle pool; a JobType change replaces it; a deleted JobType removes it', async () => {
     const first = await start();
-    await fake.waitFor(() => readyIdle().length === 2, 5000, 'ready');
+    await fake.waitFor(() => poolReady(), 20_000, 'ready');
     const names = readyIdle().map((j) => j.metadata.name).sort();
     await first.stop();
     runtimes.splice(runtimes.indexOf(first), 1);
@@ -212,7 +218,7 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     expect(second.warmPoolStats!()[0]).toMatchObject({ hits: 1 });
     // The JobType changes (a new env value): idle pods of the old spec are replaced.
     types = [jobType({ env: { A: 'b' } })];
-    await fake.waitFor(() => readyIdle().length === 2 && readyIdle().every((j) => !names.includes(j.metadata.name)), 5000, 'replaced');
+    await fake.waitFor(() => readyIdle().length === 2 && readyIdle().every((j) => !names.includes(j.metadata.name)), 20_000, 'replaced');
     const env = await second.run(spec({ jobType: types[0]!, code: 'import os\nprint(os.environ["A"])' }));
     expect(env.stdout).toBe('b\n');
     // Deleted: the pool goes.
@@ -235,7 +241,7 @@ describe('cluster warm pool (fake API server, real runner)', () => {
 
   it('counts the timeout from delivery and reports a miss when no pod is ready', async () => {
     const rt = await start({ warm_pool_max_idle_seconds: 3600 });
-    await fake.waitFor(() => readyIdle().length === 2, 5000, 'ready');
+    await fake.waitFor(() => poolReady(), 20_000, 'ready');
     // Idle pods that waited long already: the run's 1 s limit still holds from the hand-over.
     await new Promise((r) => setTimeout(r, 1200));
     const raw = await rt.run(spec({ timeoutSec: 1, code: 'import time\nprint("start", flush=True)\ntime.sleep(5)' }));
@@ -256,7 +262,7 @@ describe('cluster warm pool (fake API server, real runner)', () => {
 
   it('a hand-over cut before the program started is retried on another pool pod, transparently, and counted', async () => {
     const rt = await start();
-    await fake.waitFor(() => readyIdle().length === 2, 5000, 'ready');
+    await fake.waitFor(() => poolReady(), 20_000, 'ready');
     const first = readyIdle().map((j) => j.metadata.name);
     fake.attachDropsBeforeStdin = 1;
     const s = spec({ code: 'print("ran")' });
@@ -277,7 +283,7 @@ describe('cluster warm pool (fake API server, real runner)', () => {
 
   it('two failed hand-overs: the run starts cold and still succeeds', async () => {
     const rt = await start({ cold_start: 'attach' });
-    await fake.waitFor(() => readyIdle().length === 2, 5000, 'ready');
+    await fake.waitFor(() => poolReady(), 20_000, 'ready');
     fake.attachDropsBeforeStdin = 2;
     const s = spec({ code: 'print("cold after all")' });
     const raw = await rt.run(s);
@@ -385,7 +391,7 @@ describe('cluster warm pool (fake API server, real runner)', () => {
       expect(seen.size).toBe(2);
       // The image becomes pullable: after the back-off the pool fills and a run is a hit.
       fake.unpullable.clear();
-      await fake.waitFor(() => readyIdle().length === 2, 8000, 'pool refilled after the back-off');
+      await fake.waitFor(() => poolReady(), 20_000, 'pool refilled after the back-off');
       const raw = await rt.run(spec({ code: 'print("ok")' }));
       expect(raw.stdout).toBe('ok\n');
       expect(rt.warmPoolStats!()[0]).toMatchObject({ hits: 1, misses: 0 });
@@ -411,7 +417,7 @@ describe('cluster warm pool (fake API server, real runner)', () => {
       await new Promise((r) => setTimeout(r, 1000));
       expect(seen.size).toBe(2);
       fake.releaseEvents();
-      await fake.waitFor(() => readyIdle().length === 2, 8000, 'the pool ready');
+      await fake.waitFor(() => poolReady(), 20_000, 'the pool ready');
       expect(seen.size).toBe(2);
     } finally {
       clearInterval(poll);

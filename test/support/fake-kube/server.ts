@@ -668,8 +668,11 @@ export class FakeKube {
     }
   }
 
-  /** Waits until a condition over the fake's state holds. */
-  async waitFor(cond: () => boolean, timeoutMs = 5000, what = 'condition'): Promise<void> {
+  /**
+   * Waits until a condition over the fake's state holds. A wait, not a bound: the default is generous
+   * (the suite shares two cores with real sandboxes; a test that means a time limit says it).
+   */
+  async waitFor(cond: () => boolean, timeoutMs = 15_000, what = 'condition'): Promise<void> {
     const until = Date.now() + timeoutMs;
     while (!cond()) {
       if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
