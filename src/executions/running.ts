@@ -146,6 +146,7 @@ export class Running {
     // the run logs (the runtime's lines) gets it from the root logger's mixin (withRunLogContext).
     const log = this.o.logger.child({ execution_id: row.id, correlation_id: row.correlation_id, ...(rt.traceId ? { trace_id: rt.traceId } : {}) });
     let settledRow: ExecutionRow = row;
+    let letGo: (() => void) | undefined; // the sandbox holds the outputs until the record is written (RunOptions.holdRelease)
     this.o.events?.onStarted?.(row);
     // GET /jobs/{id}/events: phases and output, written while this process holds the run.
     const events = new RunEventWriter({ db: this.o.db, executionId: row.id, maxBytes: this.o.config.max_stdout_bytes, clock: this.o.clock, logger: log });
@@ -170,6 +171,7 @@ export class Running {
         return (await getExecution(this.o.db.kysely, row.id)) ?? row;
       }
       holders.finishing(row.id);
+      letGo = outcome.kind === 'ran' ? outcome.raw.letGo : undefined;
       if (outcome.kind === 'gone') {
         await events.close();
         return await this.whileUnavailable(signal, log, () => this.settleGone(row, log));
@@ -200,11 +202,13 @@ export class Running {
       rt.settled(settling, this.o.clock.now(), settledRow.status);
       return settledRow;
     } catch (err) {
+      letGo = undefined; // not written here: whoever settles it may need the outputs
       log.error({ err }, 'finalizing a run failed');
       return await this.finalize(row, { kind: 'internal', type: 'internal_error', message: `internal error: ${errorMessage(err)}`, attempts: 1 }, log, lastEvents).catch(() => row);
     } finally {
       await events.close().catch(() => {});
       holders.release(row.id);
+      letGo?.();
       rt.end(settledRow.status, (settledRow.error as { type?: string } | null)?.type);
     }
   }
@@ -271,7 +275,7 @@ export class Running {
     };
     const onOutput = (stream: 'stdout' | 'stderr', chunk: Uint8Array) => events.output(stream, chunk);
     const confirmHeld = () => this.o.holders.confirmHeld(row.id);
-    const res = await this.o.guard.run(() => (runner ?? runtime.run.bind(runtime))(spec, { signal, onPhase, onOutput, adopt, confirmHeld }), {
+    const res = await this.o.guard.run(() => (runner ?? runtime.run.bind(runtime))(spec, { signal, onPhase, onOutput, adopt, confirmHeld, holdRelease: true }), {
       isEngineFailure,
       // Nothing to re-attach to says nothing about the engine: a restart adopting many lost runs must
       // not open the circuit for everyone.
@@ -389,10 +393,7 @@ export class Running {
    */
   private async settleGone(row: ExecutionRow, log: Logger): Promise<ExecutionRow> {
     if (row.mode === 'async' && (row.phase === 'startup' || row.phase === null)) return this.requeue(row, 'crash', 'its process died before user code started');
-    return this.finalize(
-      row,
-      { kind: 'internal', type: 'internal_error', message: 'the service stopped while this job was running (user code may have started); it was not re-run', attempts: row.attempts },
-      log,
-    );
+    const message = 'the service stopped while this job was running (user code may have started); it was not re-run';
+    return this.finalize(row, { kind: 'internal', type: 'internal_error', message, attempts: row.attempts }, log);
   }
 }

@@ -151,6 +151,11 @@ export interface RawRun {
   artifactsTotal?: number;
   /** Not every entry of `/output` is in `artifacts` (over the limit, or the collection stopped early). */
   artifactsTruncated?: boolean;
+  /**
+   * Given with {@link RunOptions.holdRelease}: the caller has written the run's record, so the sandbox
+   * may let go of the outputs it still holds (a Kubernetes run pod's collector exits and the pod ends).
+   */
+  letGo?: () => void;
 }
 
 /** Health facts a runtime reports for `/health`. */
@@ -200,6 +205,13 @@ export interface RunOptions {
    * stops it where nobody can re-attach (a local sandbox).
    */
   confirmHeld?: () => Promise<boolean>;
+  /**
+   * The sandbox keeps the outputs until the caller calls the result's {@link RawRun.letGo} (its record
+   * is written): a process that dies between the run's end and its record leaves them to whoever
+   * adopts the run, instead of a pod whose outputs are gone. Runtimes whose sandboxes end with their
+   * process ignore it.
+   */
+  holdRelease?: boolean;
 }
 
 /** Thrown by `run(..., { adopt: true })` when there is nothing to re-attach to. */

@@ -297,7 +297,6 @@ class KubernetesRuntime implements Runtime {
     const t = this.options.tuning ?? {};
     let startedAt = this.clock.now();
     let jobSeen = false;
-
     // An earlier holder's Job of this execution, if any (runs/earlier-job.ts): re-attached, never doubled.
     const adopted = await earlierJob(this.earlierDeps, spec.executionId, key, jobName, options.adopt ?? false);
     // Adopting creates nothing but a missing Secret, whose contents do not depend on the RuntimeClass.
@@ -341,6 +340,7 @@ class KubernetesRuntime implements Runtime {
       limits: defaultOutputLimits(spec.maxArtifactBytes, spec.maxStdoutBytes),
       ...(options.onPhase ? { onPhase: options.onPhase } : {}),
       ...(options.onOutput ? { onOutput: options.onOutput } : {}),
+      holdRelease: options.holdRelease === true,
       ...(adopted?.metadata?.uid ? { jobUid: adopted.metadata.uid } : {}),
     });
     // Awaited below; until then a rejection (runtime stopped) must not count as unhandled.

@@ -198,6 +198,7 @@ export class AttachedRuns {
       }),
       limits: defaultOutputLimits(spec.maxArtifactBytes, spec.maxStdoutBytes),
       ...(options.onPhase ? { onPhase: options.onPhase } : {}),
+      ...(options.holdRelease ? { holdRelease: true } : {}),
       ...uids,
     });
   }

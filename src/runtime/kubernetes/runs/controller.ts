@@ -12,12 +12,13 @@ import { ReconnectingInformer, type KubeApi } from '../../../kube/index.ts';
 import { silentLogger, type Logger } from '../../../logger.ts';
 import type { RawRun, RunObservation } from '../../runtime.ts';
 import { decide, type Action } from './decide.ts';
-import { CONTAINERS, LABELS, RELEASE_COMMAND, instanceSelector } from '../names.ts';
+import { CONTAINERS, LABELS, instanceSelector } from '../names.ts';
 import type { CollectedOutput } from './output-tar.ts';
 import { ownerUids, type TrackedRun } from './tracked-run.ts';
 export type { TrackedRun } from './tracked-run.ts';
 import { collectOutputs, observeProgress, resolveRun, type OutputDeps } from './outputs.ts';
 import { KeyedWorkQueue } from './work-queue.ts';
+import { releaseByExec, releaseHeld, type ReleaseDeps } from './release.ts';
 import { slimJob, slimPod } from './cache-transform.ts';
 
 /** Options of {@link RunController}. */
@@ -213,7 +214,9 @@ export class RunController {
         run.state.collection = { ok: true, output: o };
         run.state.released = true;
         this.queue.add(key);
-        return true;
+        // Held (RunOptions.holdRelease): the line goes on this attach once the record is written.
+        if (run.holdRelease) run.pendingRelease = { via: 'attach' };
+        return !run.holdRelease;
       },
       () => false,
     );
@@ -221,7 +224,7 @@ export class RunController {
   }
 
   /** Keeps a warm run's attach, to close it when the run ends. */
-  setAttach(key: string, attach: { close(): void }): void {
+  setAttach(key: string, attach: NonNullable<TrackedRun['attach']>): void {
     const run = this.runs.get(key);
     if (run) run.attach = attach;
     else attach.close();
@@ -282,6 +285,10 @@ export class RunController {
       run.state.podSeen = true;
     }
     return pod;
+  }
+
+  private releaseDeps(): ReleaseDeps {
+    return { api: this.opts.api, namespace: this.opts.namespace, log: this.log, ...(this.opts.execTimeoutMs !== undefined ? { execTimeoutMs: this.opts.execTimeoutMs } : {}) };
   }
 
   /** What the output functions (outputs.ts) use. */
@@ -353,10 +360,10 @@ export class RunController {
         // The outputs are in, so the run's outcome is known: the collector is let go in the background
         // and the run reports at once (awaiting the exec put a second exec round trip on every cold
         // run's report, its tail under load). A collector we cannot reach ends with the Job's deadline.
+        // Held (RunOptions.holdRelease): only once the caller wrote the record (release.ts).
         run.state.released = true;
-        void this.opts.api.exec(ns, action.pod, CONTAINERS.collector, RELEASE_COMMAND, { timeoutMs: this.opts.execTimeoutMs ?? 30_000 }).catch((err: unknown) => {
-          this.log.warn({ execution_id: run.state.executionId, err: String(err) }, 'could not release the collector');
-        });
+        if (run.holdRelease) run.pendingRelease = { via: 'exec', pod: action.pod };
+        else releaseByExec(this.releaseDeps(), run.state.executionId, action.pod);
         return true;
       case 'finish':
         this.finish(key, run, action.observation);
@@ -367,7 +374,11 @@ export class RunController {
 
   private finish(key: string, run: TrackedRun, observation: RunObservation): void {
     run.state.finished = true;
-    run.attach?.close();
+    const held = run.pendingRelease;
+    if (held && !held.pod) held.pod = this.podFor(key, run)?.metadata?.name;
+    // A held release goes on the attach later (RawRun.letGo); otherwise it is closed now.
+    if (held?.via !== 'attach') run.attach?.close();
+    const letGo = held ? () => releaseHeld(this.releaseDeps(), run) : undefined;
     this.runs.delete(key);
     this.queue.forget(key);
     const follow = run.logFollow;
@@ -378,11 +389,11 @@ export class RunController {
       void Promise.race([follow.done, new Promise((r) => (timer = setTimeout(r, LOG_TAIL_WAIT_MS)))]).then(() => {
         clearTimeout(timer);
         follow.abort();
-        resolveRun(this.log, run, observation);
+        resolveRun(this.log, run, observation, letGo);
       });
       return;
     }
     follow?.abort();
-    resolveRun(this.log, run, observation);
+    resolveRun(this.log, run, observation, letGo);
   }
 }

@@ -126,7 +126,8 @@ export function observeProgress(d: OutputDeps, run: TrackedRun, pod: V1Pod | und
   });
 }
 
-export function resolveRun(log: Logger, run: TrackedRun, observation: RunObservation): void {
+/** Resolves the run with what was collected; `letGo` when its collector's release waits for the caller (release.ts). */
+export function resolveRun(log: Logger, run: TrackedRun, observation: RunObservation, letGo?: () => void): void {
   const out = run.state.collection?.ok ? run.state.collection.output : null;
   if (out && (out.rejected.length > 0 || out.truncated)) {
     log.warn({ execution_id: run.state.executionId, rejected: out.rejected, truncated: out.truncated, artifacts_total: out.artifactsTotal }, 'some outputs were refused');
@@ -146,5 +147,6 @@ export function resolveRun(log: Logger, run: TrackedRun, observation: RunObserva
     artifacts: out?.artifacts ?? [],
     artifactsTotal: out?.artifactsTotal ?? 0,
     artifactsTruncated: out?.artifactsTruncated ?? false,
+    ...(letGo ? { letGo } : {}),
   });
 }

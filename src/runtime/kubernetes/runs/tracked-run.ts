@@ -35,8 +35,15 @@ export interface TrackedRun {
   relayed?: Promise<boolean>;
   /** Called when the runner's `done` comes (a collect waiting for it goes on). */
   doneHeard?: () => void;
-  /** A warm or attach run's attach to its `collector` (closed when the run ends). */
-  attach?: { close(): void };
+  /** A warm or attach run's attach to its `collector` (closed when the run ends, or once a held release went on it). */
+  attach?: { close(): void; send?(data: string): Promise<void> };
+  /**
+   * RunOptions.holdRelease: the collector is let go only when the caller says the record is written
+   * (RawRun.letGo), not once the outputs are in. `pendingRelease`: how it will be, then (the line
+   * `release` on the attach the outputs came by, or the release file by exec) and in which pod.
+   */
+  holdRelease?: boolean;
+  pendingRelease?: { via: 'attach' | 'exec'; pod?: string };
 }
 
 /** The uids of a pod's owners: its ownerReferences and the Job controller's `controller-uid` labels. */
