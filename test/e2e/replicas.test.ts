@@ -7,6 +7,8 @@
  *
  * Skipped unless the chart test's variables are set (test/support/e2e-release.ts).
  */
+import { Writable } from 'node:stream';
+import { Log } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TOOL_BUILD_TIMEOUT_MS } from '../support/chart.ts';
 import { E2ERelease, RELEASE_READY, sleep } from '../support/e2e-release.ts';
@@ -39,6 +41,39 @@ describe.skipIf(!RELEASE_READY)('three replicas on a real cluster (needs the cha
    */
   const neverDelivered = new Set<string>();
   const classified = new Set<string>();
+  /**
+   * Collector logs followed from the moment the container runs, by pod uid: a follow gets the log
+   * from its start and ends when the container does, so a pod deleted right after (a run requeued by
+   * a draining replica, its Job deleted) still says whether the program reached it — read once it is
+   * going, its log was often gone already, and such a pod counted as a second run.
+   */
+  const followed = new Set<string>();
+  const follow = (name: string, uid: string) => {
+    followed.add(uid);
+    let text = '';
+    let settled = false;
+    const settle = () => {
+      if (settled) return;
+      settled = true;
+      // The whole log when it can still be read (a follow cut short would miss a late line); else what came.
+      void rel.core
+        .readNamespacedPodLog({ namespace: rel.runsNs, name, container: 'collector' })
+        .then((log) => String(log), () => text)
+        .then((log) => {
+          classified.add(uid);
+          if (!/^execution$/m.test(log)) neverDelivered.add(uid);
+        });
+    };
+    const sink = new Writable({
+      write(chunk: Buffer, _enc, cb) {
+        text += chunk.toString();
+        cb();
+      },
+    });
+    sink.on('finish', settle);
+    sink.on('error', settle);
+    new Log(rel.kc).log(rel.runsNs, name, 'collector', sink, { follow: true }).catch(() => followed.delete(uid));
+  };
   let watching: NodeJS.Timeout | null = null;
 
   const lease = async () => (await rel.coordination.readNamespacedLease({ name: `${rel.release}-sandpod-leader`, namespace: rel.ns })).spec ?? {};
@@ -121,6 +156,8 @@ describe.skipIf(!RELEASE_READY)('three replicas on a real cluster (needs the cha
             const collectorEnded = p.status?.containerStatuses?.some((c) => c.name === 'collector' && c.state?.terminated);
             // Only pods whose program goes by attach (their collector is deliver.py, with stdin) say so.
             const byAttach = p.spec?.containers.some((c) => c.name === 'collector' && c.stdin);
+            const collectorUp = p.status?.containerStatuses?.some((c) => c.name === 'collector' && (c.state?.running || c.state?.terminated));
+            if (byAttach && collectorUp && !followed.has(uid) && !classified.has(uid)) follow(p.metadata.name!, uid);
             // A pod deleted before it was ever scheduled ran nothing (a run requeued by a draining replica
             // whose pod still waited for CPU: the next holder removes it and starts afresh).
             if (p.metadata.deletionTimestamp && !p.spec?.nodeName) neverDelivered.add(uid);
