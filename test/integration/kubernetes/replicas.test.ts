@@ -261,6 +261,71 @@ describe('three replicas (fake API server, real runner)', () => {
     expect(deletesBefore).toHaveLength(0);
   });
 
+  /** The state of the `collector` container of `s`'s pod in the fake. */
+  const collectorOf = (s: RunSpec) =>
+    fake
+      .list('pods', NS)
+      .find((p) => p.metadata.labels?.[LABELS.executionId] === executionLabel(s.executionId))
+      ?.status?.containerStatuses?.find((c: { name: string }) => c.name === 'collector')?.state;
+  /** What was written to the collector of `s`'s pod by attach (the fake shows only an exec'd release in the pod's status). */
+  const sentTo = (s: RunSpec) => {
+    const pod = fake.list('pods', NS).find((p) => p.metadata.labels?.[LABELS.executionId] === executionLabel(s.executionId))?.metadata.name;
+    return fake.attaches.filter((a) => a.pod === pod && a.container === 'collector').map((a) => Buffer.concat(a.stdin).toString('utf8')).join('');
+  };
+
+  it('a replica that dies after its run ended but before its record was written leaves the outputs to the replica that adopts it (holdRelease)', async () => {
+    await Promise.all(['r0', 'r1'].map((id) => replica(id)));
+    await fake.waitFor(() => leaders().length === 1, 5000, 'a leader');
+    await fake.waitFor(() => readyIdle().length === 2, 8000, 'two ready pool pods');
+    const ledger = path.join(mkdtempSync(path.join(tmpdir(), 'ledger-')), 'ran.log');
+    const s = ledgered(ledger);
+    // r0's run ends (a warm pod: the outputs came on the attach) and r0 dies before it writes the
+    // record: letGo is never called. Released at once, as before holdRelease, the collector would be
+    // gone with the outputs, and r1 could only say "outputs lost".
+    const first = await replicas[0]!.run(s, { holdRelease: true });
+    expect(first.stdout).toBe('done\n');
+    expect(first.letGo).toBeTypeOf('function');
+    // Nothing went to the collector after the program (no `release` line): it still holds the outputs.
+    await new Promise((r) => setTimeout(r, 300));
+    expect(sentTo(s).endsWith(s.inputJson)).toBe(true);
+    expect(collectorOf(s)?.running).toBeTruthy();
+    await replicas[0]!.stop();
+    // r1 adopts it, as the service's sweep would once r0's holder lease lapsed, and gets the outputs.
+    const raw = await replicas[1]!.run(s, { adopt: true, holdRelease: true });
+    expect(raw.observation).toMatchObject({ exitCode: 0, infraError: null });
+    expect(raw.stdout).toBe('done\n');
+    expect(readFileSync(ledger, 'utf8')).toBe(`${s.executionId}\n`);
+    // Still held until r1's record is written; then released (by exec: r1 has no attach to it).
+    expect(collectorOf(s)?.running).toBeTruthy();
+    raw.letGo!();
+    await fake.waitFor(() => !!collectorOf(s)?.terminated, 5000, 'the collector released');
+  });
+
+  it('a held run lets its collector go on letGo, by the attach its outputs came on; without holdRelease at once', async () => {
+    await replica('r0');
+    await fake.waitFor(() => leaders().length === 1, 5000, 'a leader');
+    await fake.waitFor(() => readyIdle().length === 2, 8000, 'two ready pool pods');
+    const held = spec({ code: 'print("held")' });
+    live.add(held.executionId);
+    const releaseExecs = () => fake.execs.filter((e) => e.command.join(' ').includes('/control/release')).length;
+    const raw = await replicas[0]!.run(held, { holdRelease: true });
+    expect(raw.stdout).toBe('held\n');
+    // Ended, and its outputs taken, but the collector is not let go: nothing more went to it.
+    await new Promise((r) => setTimeout(r, 300));
+    expect(sentTo(held).endsWith(held.inputJson)).toBe(true);
+    expect(collectorOf(held)?.running).toBeTruthy();
+    raw.letGo!();
+    await fake.waitFor(() => sentTo(held).endsWith(held.inputJson + 'release\n'), 5000, 'the release line on the attach');
+    expect(releaseExecs()).toBe(0);
+    // Without the option the collector goes with the run's end, as before.
+    await fake.waitFor(() => readyIdle().length >= 1, 8000, 'a ready pool pod');
+    const plain = spec({ code: 'print("plain")' });
+    live.add(plain.executionId);
+    const other = await replicas[0]!.run(plain);
+    expect(other.letGo).toBeUndefined();
+    await fake.waitFor(() => sentTo(plain).endsWith(plain.inputJson + 'release\n'), 5000, 'the release line at once');
+  });
+
   it('a fresh attempt of an execution whose pod still runs (given back to the queue meanwhile) re-attaches to it instead of claiming a second pod', async () => {
     await Promise.all(['r0', 'r1', 'r2'].map((id) => replica(id)));
     await fake.waitFor(() => leaders().length === 1, 5000, 'a leader');
