@@ -201,7 +201,7 @@ export class RunController {
   /**
    * A warm run's collector is sending its outputs on the attach (deliver.py --output); `output`
    * settles after `done` with what was read (null: incomplete or unreadable). Taken, the run needs no
-   * exec to collect, nor to release the collector (resolves true: the hand-over releases it). A
+   * exec to collect, nor to release it (resolves true: the hand-over does, unless held). A
    * collect decided meanwhile waits for it. Not taken after a 137, which waits for the pod's status
    * (an OOM kill or not), and so for an exec'd collection, as before.
    */
@@ -216,11 +216,11 @@ export class RunController {
         this.queue.add(key);
         // Held (RunOptions.holdRelease): the line goes on this attach once the record is written.
         if (run.holdRelease) run.pendingRelease = { via: 'attach' };
-        return !run.holdRelease;
+        return true;
       },
       () => false,
     );
-    return run.relayed;
+    return run.relayed.then((taken) => taken && !run.holdRelease);
   }
 
   /** Keeps a warm run's attach, to close it when the run ends. */
