@@ -37,10 +37,21 @@ This saves the service an exec (a process started in the sandbox) per run. The b
 archive `tar -C DIR -cf - .` would give (minus owner names: numeric ids only), and the service
 parses them with the same limits.
 
+The runner's own files (its report, the program's captured streams, the phase) come to this process
+before `done`, on the same connection: a line `control NAME LEN NAME LEN ...`, then the bytes of each
+file in that order (never relayed). The archive is built as soon as they come: those files from
+these bytes (as the runner writes them into DIR meanwhile; DIR's entries of those names are left
+out), everything else from DIR. Reading back what the runner has just written would cost a walk, an
+open, a read and a close per file through gVisor's gofer (milliseconds apiece on a busy node) on the
+run's path, and an empty DIR would still cost four of them. `done` is relayed after the archive, as
+before; the runner sends it once its files are written, so an exec'd pull after a failed archive
+finds them. Without a `control` line (a runner that sends none), DIR is archived whole at `done`.
+
 Afterwards the process is the pod's collector: it holds /output (read-only here) for the service's
 exec'd `tar` and exits 0 when the release file appears, when the line `release` comes on stdin
 (the service has the outputs), or on SIGTERM/SIGINT.
 """
+import io
 import json
 import os
 import select
@@ -150,13 +161,32 @@ def write_all(data):
         view = view[n:]
 
 
-def send_outputs(out_dir):
-    """DIR as a tar archive in frames (see the module doc); a failure is reported, never raised."""
+def control_name(name):
+    """A name the runner may give a control file: one plain entry of DIR (never a path)."""
+    return name not in ('', '.', '..') and '/' not in name and '\0' not in name
+
+
+def send_outputs(out_dir, control=None):
+    """DIR as a tar archive in frames (see the module doc), with the runner's `control` files
+    ([(name, bytes)]) taken from memory instead of DIR; a failure is reported, never raised."""
     write_all(b'outputs\n')
     why = None
     try:
         with tarfile.open(fileobj=Frames(), mode='w|', format=tarfile.GNU_FORMAT, bufsize=64 * 1024) as tar:
-            tar.add(out_dir, arcname='.', recursive=True)
+            if control is None:
+                tar.add(out_dir, arcname='.', recursive=True)
+            else:
+                tar.add(out_dir, arcname='.', recursive=False)
+                # As the runner writes them: its uid and gid (the pod's, this process's too), 0644.
+                now, uid, gid = int(time.time()), os.getuid(), os.getgid()
+                for name, data in control:
+                    info = tarfile.TarInfo('./' + name)
+                    info.size, info.mode, info.mtime, info.uid, info.gid = len(data), 0o644, now, uid, gid
+                    tar.addfile(info, io.BytesIO(data))
+                skip = set(name for name, _ in control)
+                for name in sorted(os.listdir(out_dir)):
+                    if name not in skip:
+                        tar.add(os.path.join(out_dir, name), arcname='./' + name, recursive=True)
     except (OSError, tarfile.TarError, ValueError) as e:
         why = str(e) or e.__class__.__name__
     try:
@@ -166,21 +196,76 @@ def send_outputs(out_dir):
         pass
 
 
+def parse_control(line):
+    """[(name, length)] of a `control NAME LEN ...` line; None when it is not one."""
+    parts = line.decode('utf-8', 'replace').split(' ')[1:]
+    if len(parts) % 2 or len(parts) > 16:
+        return None
+    try:
+        files = [(parts[i], int(parts[i + 1])) for i in range(0, len(parts), 2)]
+    except ValueError:
+        return None
+    if any(not control_name(n) or size < 0 for n, size in files) or len(set(n for n, _ in files)) != len(files):
+        return None
+    return files
+
+
+class Relay(object):
+    """The runner's lines, copied to stdout, with the outputs archive before `done` (with --output)."""
+
+    def __init__(self, out_dir):
+        self.out_dir = out_dir
+        self.buf = bytearray()
+        self.archived = False
+        self.want = None  # [(name, length)] of the control files still to read
+        self.control = []
+
+    def archive(self, control=None):
+        if self.out_dir is not None and not self.archived:
+            self.archived = True
+            send_outputs(self.out_dir, control)
+
+    def feed(self, chunk):
+        """Takes the next bytes from the runner and acts on what is complete."""
+        buf = self.buf
+        buf += chunk
+        while True:
+            if self.want is not None:
+                name, size = self.want[0]
+                if len(buf) < size:
+                    return
+                self.control.append((name, bytes(buf[:size])))
+                del buf[:size]
+                self.want.pop(0)
+                if not self.want:
+                    self.want = None
+                    self.archive(self.control)
+                continue
+            at = buf.find(b'\n')
+            if at < 0:
+                return
+            line = bytes(buf[:at])
+            del buf[:at + 1]
+            if line.startswith(b'control '):
+                # Never relayed. A malformed one (a runner bug) is dropped: the archive is then
+                # made from DIR at `done`, as without one.
+                self.want = parse_control(line) or None
+                continue
+            if line.startswith(b'done '):
+                self.archive()
+            write_all(line + b'\n')
+
+
 def relay(conn, out_dir):
     """Copies the runner's lines to stdout; before a `done` line, the outputs (with --output)."""
-    buf = b''
+    r = Relay(out_dir)
     while True:
-        chunk = conn.recv(4096)
+        chunk = conn.recv(CHUNK)
         if not chunk:
             break
-        buf += chunk
-        while b'\n' in buf:
-            line, buf = buf.split(b'\n', 1)
-            if out_dir is not None and line.startswith(b'done '):
-                send_outputs(out_dir)
-            write_all(line + b'\n')
-    if buf:
-        write_all(buf)
+        r.feed(chunk)
+    if r.buf and r.want is None:
+        write_all(bytes(r.buf))
 
 
 def deliver(opts):

@@ -82,7 +82,9 @@ CLI
                             the port), takes the first connection (the pod's `collector`, which wrote the
                             program and input into volumes this container mounts read-only: see
                             deliver.py), writes `ready`, reads the go line from it, then writes
-                            `execution` and `done N` to it. stdout and stderr then carry only what
+                            `execution`, the report's files (a line `control NAME LEN ...` and their
+                            bytes, for the collector's outputs archive; they are written to --output
+                            too) and `done N` to it. stdout and stderr then carry only what
                             --tee copies (the program's output), as in a cold pod. The connection
                             closing before the go line is EOF (exit 123).
     --warm-up               with --wait: while it waits for the go line, the program's process compiles,

@@ -1,15 +1,21 @@
 def write_file(path, data):
-    # The program may have left a symlink or anything else under this name: replace it, never follow it.
+    # The program may have left a symlink or anything else under this name: replace it, never follow it
+    # (O_EXCL fails on any name that exists, a dangling symlink too). Created first, removed only when
+    # something is there: one call fewer per file in the common case (each is a gofer walk on gVisor).
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    except IsADirectoryError:
-        return
-    except OSError:
-        pass
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, flags, 0o644)
+    except FileExistsError:
+        try:
+            os.unlink(path)
+        except IsADirectoryError:
+            return
+        except OSError:
+            pass
+        try:
+            fd = os.open(path, flags, 0o644)
+        except OSError:
+            return
     except OSError:
         return
     try:

@@ -334,10 +334,13 @@ def main():
         # The host has the streams from the frames; the report rides on the done line (no files).
         done = b'done %d %s\n' % (runner_exit, to_json(report).encode('utf-8', 'replace'))
     else:
-        write_file(os.path.join(out_dir, '.svc_stdout'), bytes(bufs[out_r]))
-        write_file(os.path.join(out_dir, '.svc_stderr'), bytes(bufs[err_r]))
-        write_file(os.path.join(out_dir, '.svc_report.json'), to_json(report).encode('utf-8', 'replace'))
-        write_file(os.path.join(out_dir, '.svc_phase'), phase.encode())
+        files = (('.svc_stdout', bytes(bufs[out_r])), ('.svc_stderr', bytes(bufs[err_r])),
+                 ('.svc_report.json', to_json(report).encode('utf-8', 'replace')), ('.svc_phase', phase.encode()))
+        if a.wait and a.go_port is not None and a.phase_fd >= 0:
+            # The collector archives these from the bytes while they are written (send_control).
+            send_control(a.phase_fd, files)
+        for name, data in files:
+            write_file(os.path.join(out_dir, name), data)
     if a.wait and a.phase_fd >= 0:
         try:
             os.write(a.phase_fd, done)

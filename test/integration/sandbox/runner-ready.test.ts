@@ -57,17 +57,35 @@ function start(prefix: string, args: string[]) {
 }
 
 /** Connects to the go port as the collector does, sends the go line with `code`; the phase lines. */
-async function go(port: number, code: string): Promise<string> {
+/**
+ * The runner's phase lines on the go connection, and apart from them the report's files it sends
+ * before `done` (a line `control NAME LEN ...` and their bytes, for the collector's archive).
+ */
+async function go(port: number, code: string): Promise<{ phases: string; control: Record<string, string> }> {
   const sock: Socket = await new Promise((resolve, reject) => {
     const s = connect(port, '127.0.0.1');
     s.once('connect', () => resolve(s));
     s.once('error', reject);
   });
-  let phases = '';
-  sock.on('data', (b) => (phases += b.toString()));
+  const chunks: Buffer[] = [];
+  sock.on('data', (b: Buffer) => chunks.push(b));
   sock.write(`${JSON.stringify({ code })}\n`);
   await new Promise((r) => sock.on('close', r));
-  return phases;
+  let raw = Buffer.concat(chunks);
+  const control: Record<string, string> = {};
+  const at = raw.indexOf('control ');
+  if (at >= 0) {
+    const nl = raw.indexOf('\n', at);
+    const parts = raw.subarray(at + 'control '.length, nl).toString().split(' ');
+    let pos = nl + 1;
+    for (let i = 0; i < parts.length; i += 2) {
+      const n = Number(parts[i + 1]);
+      control[parts[i]!] = raw.subarray(pos, pos + n).toString();
+      pos += n;
+    }
+    raw = Buffer.concat([raw.subarray(0, at), raw.subarray(pos)]);
+  }
+  return { phases: raw.toString(), control };
 }
 
 describe('runner.py --ready-listen', () => {
@@ -114,7 +132,7 @@ b.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 b.bind(('127.0.0.1', ${readyPort}))
 print(kinds, reach, 'bound')
 `;
-    const phases = await go(goPort, program);
+    const { phases } = await go(goPort, program);
     expect(phases, readFileSync(path.join(r.dir, 'out', '.svc_stderr'), 'utf8')).toBe('ready\nexecution\ndone 0\n');
     expect(await r.exited).toBe(0);
     expect(readFileSync(path.join(r.dir, 'out', '.svc_stdout'), 'utf8')).toMatch(/^\[[^\]]*\] ConnectionRefusedError bound\n$/);
@@ -129,7 +147,12 @@ print(kinds, reach, 'bound')
     const probes = (async () => {
       while (probing) await probe(readyPort);
     })();
-    expect(await go(goPort, 'print(6 * 7)\n')).toBe('ready\nexecution\ndone 0\n');
+    const { phases, control } = await go(goPort, 'print(6 * 7)\n');
+    expect(phases).toBe('ready\nexecution\ndone 0\n');
+    // The report's files, before `done`, as they are written into --output.
+    expect(Object.keys(control)).toEqual(['.svc_stdout', '.svc_stderr', '.svc_report.json', '.svc_phase']);
+    expect(control).toMatchObject({ '.svc_stdout': '42\n', '.svc_stderr': '', '.svc_phase': 'completed' });
+    expect(JSON.parse(control['.svc_report.json']!)).toMatchObject({ phase: 'completed', exit_code: 0 });
     probing = false;
     await probes;
     expect(await r.exited).toBe(0);
