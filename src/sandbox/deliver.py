@@ -20,7 +20,8 @@ Protocol (stdin, attached by the service once, `stdinOnce`)
     then N1 bytes of the program and N2 bytes of its input.
     The files are written, then the runner's port on 127.0.0.1 is connected to (retried while it
     is refused, for at most --connect-timeout seconds) and the `go` object is sent as one line.
-    Everything the runner writes back (`ready`, `execution`, `done N`) is copied to stdout.
+    The runner's phase lines (`ready`, `execution`, `done N`) are copied to stdout; its `control`
+    line and the bytes after it (see Outputs) are not.
     A stream that ends before the whole payload sends nothing to the runner: no program runs.
     Errors are reported on stdout as one line `undelivered REASON`.
     A stdin that ends before its first byte (no hand-over ever began) makes this process exit with
