@@ -479,6 +479,12 @@ export class FakeKube {
     if (w.ns !== null && ev.obj.metadata.namespace !== w.ns) return;
     if (!matches(w.selector, ev.obj)) return;
     const line = JSON.stringify({ type: ev.type, object: ev.obj }) + '\n';
+    // Ended by the server (its timeoutSeconds) while its 'close' has not come yet: a client that reads
+    // nothing (a stopped process) keeps the response unfinished. A real server drops such a watch.
+    if (w.res.writableEnded) {
+      this.watchers.delete(w);
+      return;
+    }
     if (w.stalled) w.stalled.push(line);
     else if (this.held) this.held.set(w, [...(this.held.get(w) ?? []), line]);
     else w.res.write(line);
@@ -538,7 +544,7 @@ export class FakeKube {
   releaseEvents(): void {
     const held = this.held;
     this.held = null;
-    for (const [w, lines] of held ?? []) if (this.watchers.has(w)) w.res.write(lines.join(''));
+    for (const [w, lines] of held ?? []) if (this.watchers.has(w) && !w.res.writableEnded) w.res.write(lines.join(''));
   }
 
   /** Number of open watches. */
@@ -589,7 +595,10 @@ export class FakeKube {
     w.timer = setTimeout(() => {
       w.timer = null;
       // A hung server closes nothing: the watch stays open until the hang ends.
-      if (!w.stalled) w.res.end();
+      if (!w.stalled) {
+        w.res.end();
+        this.watchers.delete(w);
+      }
     }, Math.max(0, w.closeAt - Date.now()));
   }
 
