@@ -27,6 +27,24 @@ export function podEnd(pod: V1Pod | undefined): PodEnd {
   return collector?.state?.running ? 'attachable' : 'starting';
 }
 
+/**
+ * Whether the pod's status has said all it will about how it ended: gone or ending, its phase final,
+ * a container that cannot start, or every container terminated. An OOM kill can show on any container
+ * and the kubelet reports them one at a time (one terminated, the other's OOMKilled a moment later).
+ */
+export function podSettled(pod: V1Pod | undefined): boolean {
+  if (!pod || pod.metadata?.deletionTimestamp) return true;
+  const phase = pod.status?.phase;
+  if (phase === 'Failed' || phase === 'Succeeded') return true;
+  const all = [...(pod.status?.initContainerStatuses ?? []), ...(pod.status?.containerStatuses ?? [])];
+  if (all.some((c) => STUCK.has(c.state?.waiting?.reason ?? '') || START_ERRORS.has(c.state?.terminated?.reason ?? ''))) return true;
+  const containers = pod.status?.containerStatuses ?? [];
+  // main ended by itself, not by a SIGKILL (137, what an OOM kill is): no OOM verdict is coming.
+  const main = containers.find((c) => c.name === CONTAINERS.main)?.state?.terminated;
+  if (main && main.exitCode !== 137 && main.reason !== 'OOMKilled') return true;
+  return containers.length > 0 && containers.every((c) => !!c.state?.terminated);
+}
+
 /** Why a session pod could not start (for the 503's message), from its containers' states. */
 export function podTrouble(pod: V1Pod | undefined): string {
   const all = [...(pod?.status?.initContainerStatuses ?? []), ...(pod?.status?.containerStatuses ?? [])];

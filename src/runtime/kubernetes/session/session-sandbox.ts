@@ -19,12 +19,16 @@ import type { RawRun, RunnerReport } from '../../runtime.ts';
 import type { CellSpec, SessionEnd, SessionFiles, SessionSandbox, WorkspaceEntry } from '../../session.ts';
 import { defaultOutputLimits, parseOutputTar, type CollectedOutput } from '../runs/output-tar.ts';
 import { SessionChannel, type CellFrame } from './session-channel.ts';
-import { answerError, podEnd, podOom, type PodEnd } from './session-decide.ts';
+import { answerError, podEnd, podOom, podSettled } from './session-decide.ts';
 
 /** How long attaching again after a lost attach may take, ms. */
 const REATTACH_MS = 15_000;
-/** How long the end of a session waits for the pod's status to tell an OOM kill, ms. */
-const OOM_SETTLE_MS = 4000;
+/**
+ * How long the end of a session waits for the pod's status to tell an OOM kill, ms: until every
+ * container's end is reported (podSettled), at most this (the kubelet lags on a loaded node; a
+ * verdict of `crashed` for an OOM kill was seen on kcluster at load 36 with 4 s).
+ */
+const OOM_SETTLE_MS = 10_000;
 
 /** What a session sandbox needs from the runtime. */
 export interface KubeSessionDeps {
@@ -170,9 +174,8 @@ export class KubeSessionSandbox implements SessionSandbox {
       if (!this.closing) {
         const until = this.d.now() + OOM_SETTLE_MS;
         for (;;) {
-          const pe: PodEnd = podEnd(this.pod());
           oom = podOom(this.pod());
-          if (oom || pe === 'ended' || pe === 'gone' || this.d.now() >= until) break;
+          if (oom || podSettled(this.pod()) || this.d.now() >= until) break;
           await new Promise((r) => setTimeout(r, 100));
         }
       }

@@ -9,7 +9,7 @@ import * as v from 'valibot';
 import { JobTypeConfigSchema, parseConfig } from '../../../../src/config.ts';
 import { AppError } from '../../../../src/errors.ts';
 import { fromConfig } from '../../../../src/jobtypes/job-type.ts';
-import { answerError, podEnd, podOom, podTrouble } from '../../../../src/runtime/kubernetes/session/session-decide.ts';
+import { answerError, podEnd, podOom, podSettled, podTrouble } from '../../../../src/runtime/kubernetes/session/session-decide.ts';
 import { SESSION_DEADLINE_SLACK_SEC, SESSION_LABELS, sessionJob, sessionJobName } from '../../../../src/runtime/kubernetes/session/session-job.ts';
 import { makePod } from '../../../support/kube-builders.ts';
 import { validateJob } from '../../../support/k8s-schema.ts';
@@ -85,6 +85,21 @@ describe('session pod decisions', () => {
     ['failed', makePod().phase('Failed').obj(), 'ended'],
   ] as const)('%s → %s', (_n, pod, want) => {
     expect(podEnd(pod)).toBe(want);
+  });
+
+  it.each([
+    ['absent', undefined, true],
+    ['both running', makePod().running('main', t).running('collector', t).obj(), false],
+    // The kubelet reports containers one at a time: the other's end (an OOMKilled, maybe) is still to come.
+    ['collector ended, main still running', makePod().running('main', t).terminated('collector', 137, 'Error', t, t).obj(), false],
+    ['main killed (137), collector still running', makePod().running('collector', t).terminated('main', 137, 'Error', t, t).obj(), false],
+    ['main exited 1 by itself, collector still running', makePod().running('collector', t).terminated('main', 1, 'Error', t, t).obj(), true],
+    ['both ended', makePod().terminated('main', 137, 'Error', t, t).terminated('collector', 0, 'Completed', t, t).obj(), true],
+    ['phase Failed', makePod().phase('Failed').obj(), true],
+    ['deleting', makePod().running('main', t).running('collector', t).deleting().obj(), true],
+    ['image pull error', makePod().waiting('main', 'ImagePullBackOff', 'nope').obj(), true],
+  ] as const)('settled: %s → %s', (_n, pod, want) => {
+    expect(podSettled(pod)).toBe(want);
   });
 
   it('tells an OOM kill from other ends', () => {
