@@ -361,7 +361,7 @@ class KubernetesRuntime implements Runtime {
           await ensureSecret(this.api, this.ns, secret, owner);
         } catch (err) {
           // Without its Secret the pod can never start; remove the Job so a retry starts clean.
-          await this.api.deleteJob(this.ns, jobName).catch(() => undefined);
+          await this.api.deleteJob(this.ns, jobName, owner.metadata?.uid).catch(() => undefined);
           throw err;
         }
       }

@@ -246,6 +246,36 @@ describe('kubernetes runtime: failures and timeouts', () => {
     await fake.waitFor(() => !fake.get('pods', 'sandpod-jobs', pod), 2000, 'pod removed by background propagation');
   });
 
+  it('a cancel that comes after another attempt replaced the Job (same name, new uid) deletes only its own Job', async () => {
+    // After a takeover the new holder may delete the Job and make its own of the same name (the
+    // execution's); the stale attempt, not yet aware, must not hit it with its own delete.
+    const s = spec();
+    const ac = new AbortController();
+    const running = rt.run(s, { signal: ac.signal });
+    const pod = await podOf(fake, s);
+    fake.mainRunning(pod);
+    const name = jobNameFor(s.executionId);
+    const api = new KubeApi(fake.kubeConfig());
+    const old = structuredClone(fake.get('jobs', 'sandpod-jobs', name)!);
+    let replacement = '';
+    fake.holdEvents();
+    try {
+      await api.deleteJob('sandpod-jobs', name);
+      await fake.waitFor(() => !fake.get('jobs', 'sandpod-jobs', name), 5000, 'the old Job gone');
+      const made = await api.createJob({ metadata: { name, namespace: 'sandpod-jobs', labels: old.metadata.labels, annotations: old.metadata.annotations }, spec: old.spec });
+      replacement = made?.metadata?.uid ?? '';
+      expect(replacement).not.toBe(old.metadata.uid);
+      const before = fake.requests.length;
+      ac.abort();
+      await fake.waitFor(() => fake.requests.slice(before).some((r) => r.method === 'DELETE' && r.path.includes(`/jobs/${name}`)), 5000, 'the stale attempt\'s delete');
+    } finally {
+      fake.releaseEvents();
+    }
+    await running.catch(() => undefined);
+    expect(fake.get('jobs', 'sandpod-jobs', name)?.metadata.uid).toBe(replacement);
+    await api.deleteJob('sandpod-jobs', name);
+  });
+
   it('409 on create is success: a second attempt for the same execution attaches to the same Job', async () => {
     const s = spec();
     const first = startRuntime(fake);

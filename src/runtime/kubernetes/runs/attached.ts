@@ -116,7 +116,7 @@ export class AttachedRuns {
         this.d.log.warn({ execution_id: spec.executionId, job: jobName, err: String(err), failures, next }, 'could not hand the program to a warm pod; trying again');
         this.d.controller.untrack(key);
         pool.noteHandOverRetry(spec.jobType.name);
-        await this.d.api.deleteJob(this.ns, jobName).catch(() => undefined);
+        await this.d.api.deleteJob(this.ns, jobName, claim.job.metadata?.uid).catch(() => undefined);
         if (next !== 'warm') return null;
         continue;
       }

@@ -335,7 +335,9 @@ export class RunController {
         run.state.podGoneAt = action.at;
         return false;
       case 'deleteJob':
-        await this.opts.api.deleteJob(ns, run.state.jobName);
+        // By uid once known: the Job's name is the execution's, and after a takeover the new holder's
+        // Job of that name must never be hit by this process's stale attempt.
+        await this.opts.api.deleteJob(ns, run.state.jobName, run.jobUid || undefined);
         run.state.jobDeleted = true;
         return false;
       case 'fetchDepsLog':
