@@ -13,7 +13,7 @@ from (runner.py --go-port); its phase lines come back on that connection and are
 Standard library only; shipped as `python3 -c <this file>` in the pod's command, like the runner.
 
 CLI
-    python3 deliver.py --code PATH --input PATH --go-port PORT --release PATH [--output DIR]
+    python3 deliver.py --code PATH --input PATH --go-port PORT --release PATH [--claim PATH] [--output DIR]
 
 Protocol (stdin, attached by the service once, `stdinOnce`)
     one line: {"code": N1, "input": N2, "go": {...}}   (at most 64 KiB)
@@ -23,6 +23,14 @@ Protocol (stdin, attached by the service once, `stdinOnce`)
     The runner's phase lines (`ready`, `execution`, `done N`) are copied to stdout; its `control`
     line and the bytes after it (see Outputs) are not.
     A stream that ends before the whole payload sends nothing to the runner: no program runs.
+    The go line is sent only once the claim is taken (--claim, default /control/claim): a symbolic
+    link made there atomically, to `deliver`, once the runner's port answered. A run's new holder
+    (another replica took the run over while its holder was stalled or dying) that finds no sign of
+    a program started takes the claim itself by exec, a link to `fence`, before it deletes the pod: a
+    stale holder's hand-over that gets there after that finds the claim taken and runs nothing (exit
+    status 4, FENCED). Either the program runs here or the new holder knows it never will: without
+    this an adopter could not tell a hand-over still in flight from one that never began, and a
+    program could run in two pods.
     Errors are reported on stdout as one line `undelivered REASON`.
     A stdin that ends before its first byte (no hand-over ever began) makes this process exit with
     status 3 (STDIN_GONE) after saying so: no program can reach this pod any more, and a container
@@ -71,6 +79,8 @@ tarfile.grp = None
 MAX_HEADER = 64 * 1024
 # Exit status when stdin ended before its first byte (see the module doc).
 STDIN_GONE = 3
+# Exit status when a run's new holder had taken the claim before the program came (see the module doc).
+FENCED = 4
 CHUNK = 64 * 1024
 
 
@@ -82,7 +92,7 @@ def say(line):
 
 
 def parse_args(argv):
-    opts = {'--code': '/code/main.py', '--input': '/input/data.json', '--go-port': None, '--release': '/control/release', '--connect-timeout': '60', '--output': None}
+    opts = {'--code': '/code/main.py', '--input': '/input/data.json', '--go-port': None, '--release': '/control/release', '--claim': '/control/claim', '--connect-timeout': '60', '--output': None}
     i = 0
     while i < len(argv):
         if argv[i] not in opts or i + 1 >= len(argv):
@@ -126,6 +136,20 @@ def copy_exact(fd, first, n, path):
         return rest
     finally:
         os.close(out)
+
+
+def take_claim(path):
+    """False when a run's new holder fenced this pod first; True when the program may go (see the module doc)."""
+    try:
+        os.symlink('deliver', path)
+        return True
+    except FileExistsError:
+        try:
+            return os.readlink(path) == 'deliver'
+        except OSError:
+            return False
+    except OSError:
+        return True  # no claim can be kept here (an older pod spec): as before, no fence
 
 
 def connect(port, timeout):
@@ -296,6 +320,10 @@ def deliver(opts):
     except OSError as e:
         say('undelivered the runner is not listening: %s' % e)
         return
+    if not take_claim(opts['--claim']):
+        conn.close()  # the runner sees its go connection end without a go line: it exits, nothing ran
+        say('undelivered fenced: the run has a new holder, which took this pod before the program started')
+        return FENCED
     try:
         conn.sendall(json.dumps(go).encode() + b'\n')
         relay(conn, opts['--output'])
@@ -309,9 +337,12 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     signal.signal(signal.SIGINT, lambda *_: os._exit(0))
     opts = parse_args(sys.argv[1:])
-    if deliver(opts) == STDIN_GONE:
+    ended = deliver(opts)
+    if ended == STDIN_GONE:
         say('undelivered stdin closed before the program came')
         os._exit(STDIN_GONE)
+    if ended == FENCED:
+        os._exit(FENCED)
     # The collector's part: until released, by the file (exec) or by a `release` line on stdin.
     stdin_open = True
     line = b''

@@ -33,6 +33,25 @@ export const CONTAINERS = { deps: 'deps', main: 'main', collector: 'collector' }
 /** Where the collector's release flag lives (an emptyDir only the collector mounts). */
 export const RELEASE_FILE = '/control/release';
 
+/**
+ * Where an attach pod's collector keeps the claim on its hand-over (deliver.py `--claim`): a symbolic
+ * link to `deliver` (the program went on) or `fence` (a run's new holder took the pod first).
+ */
+export const CLAIM_FILE = '/control/claim';
+
+/**
+ * Exec'd in `collector` by a run's new holder that saw no sign of a program started: takes the claim
+ * for `fence` unless deliver.py has it. Exit 0: no program will ever run in this pod; 17: deliver.py
+ * took it (the go line went, or is on its way: the program runs, or ran); anything else: not known
+ * (an older pod without the claim).
+ */
+export const FENCE_COMMAND: readonly string[] = [
+  'python3',
+  '-S',
+  '-c',
+  `import os, sys\ntry:\n    os.symlink('fence', '${CLAIM_FILE}')\nexcept FileExistsError:\n    sys.exit(0 if os.readlink('${CLAIM_FILE}') == 'fence' else 17)`,
+];
+
 /** Exec'd in `collector` to stream `/output` (the `kubectl cp` technique). */
 export const COLLECT_COMMAND: readonly string[] = ['tar', '-C', '/output', '-cf', '-', '.'];
 

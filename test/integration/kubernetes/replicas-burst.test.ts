@@ -279,8 +279,16 @@ describe('a burst through three service processes (fake API server, real runner,
     // is full and ready first (run alone, this test starts before the leader has filled it; after the
     // stall test, the refill of the pod that test used may still be starting: a run that passes it
     // over goes cold, waits out its startup timeout and takes the test's time).
-    await fake.waitFor(() => readyPool().length === POOL_SIZE, 30_000, 'the warm pool filled and ready');
-    fake.mainStartDelayMs = 120_000;
+    await fake.waitFor(() => readyPool().length === POOL_SIZE, 60_000, 'the warm pool filled and ready').catch((err: unknown) => {
+      // What the pool looked like, for the failure's reader.
+      const pods = fake.peek('pods').filter((p) => p.metadata.namespace === NS);
+      console.log('pool Jobs:', JSON.stringify(unclaimedPool().map((j) => ({ name: j.metadata.name, deleting: !!j.metadata.deletionTimestamp, pods: pods.filter((p) => p.metadata.labels?.['job-name'] === j.metadata.name).map((p) => ({ deleting: !!p.metadata.deletionTimestamp, containers: p.status?.containerStatuses })) }))));
+      throw err;
+    });
+    // Long enough for the takeover (at most a holder lease of 10 s and a heartbeat); short enough that
+    // the pool's refill is ready again for a retry. Should the runner come up before the takeover,
+    // the program starts in that pod and the new holder follows it (the claim says so): once, too.
+    fake.mainStartDelayMs = 40_000;
     try {
       for (const r of await Promise.all([sync('print("w1")'), sync('print("w2")')])) expect(r.status).toBe(200);
       const answer = sync('print("fresh")');

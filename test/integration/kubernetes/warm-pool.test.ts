@@ -5,12 +5,15 @@
  * between two runtime instances,
  * adoption after a restart, the pool following JobType changes, and the timeout counted from delivery.
  */
-import { readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { JobType } from '../../../src/jobtypes/job-type.ts';
 import { POOL_LABELS, coldAttachJob } from '../../../src/runtime/kubernetes/pool/pool-plan.ts';
 import type { KubeApi } from '../../../src/kube/index.ts';
 import { LABELS } from '../../../src/runtime/kubernetes/names.ts';
+import { handOverPayload } from '../../../src/runtime/kubernetes/runs/hand-over.ts';
 import { RunGoneError, type Runtime } from '../../../src/runtime/runtime.ts';
 import { DELIVER_PATH, RUNNER_PATH } from '../../../src/sandbox/paths.ts';
 import { FakeKube, jobType, spec, startRuntime, testConfig } from '../../support/kube-runtime.ts';
@@ -374,6 +377,39 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     const raw = await third.run(slow, { adopt: true });
     expect(raw.observation).toMatchObject({ exitCode: 0, infraError: null });
     expect(raw.stdout).toBe('adopted after hand-over\n');
+  });
+
+  it('adoption while a stale holder\'s hand-over is in flight (its runner not up yet): the new holder fences the pod, and the program never runs there', async () => {
+    // A holder that stalled (or died) with the program on its way: the collector has it, main's
+    // runner is not listening yet. The log says nothing of a start, as for a pod never reached; only
+    // the claim tells them apart. The new holder fences the pod; should the pod outlive that (its
+    // delete fails here), the runner that comes up later gets no go line and nothing runs.
+    const second = await start({ warm_pool_size: 0, cold_start: 'attach' });
+    const api = (second as unknown as { internals: { api: KubeApi } }).internals.api;
+    fake.mainStartDelayMs = 2500;
+    const dir = mkdtempSync(path.join(tmpdir(), 'fence-'));
+    const ran = path.join(dir, 'ran');
+    const stale = spec({ code: `open(${JSON.stringify(ran)}, "w").write("x")\nprint("ran")` });
+    const cfg = testConfig({ kubernetes: { executor_image: 'sandpod/executor:test', deadline_grace_seconds: 5 } });
+    const job = coldAttachJob(stale, cfg, { name: `sp-${stale.executionId}`, runtimeClassName: 'gvisor', runnerSource, deliverSource: readFileSync(DELIVER_PATH, 'utf8'), graceSec: 5 });
+    await api.createJob(job);
+    const podName = () => fake.list('pods', NS).find((p) => p.metadata.labels?.[LABELS.executionId] === stale.executionId)?.metadata.name;
+    await fake.waitFor(() => !!podName() && fake.list('pods', NS).some((p) => p.metadata.name === podName() && p.status?.containerStatuses?.some((c: { name: string; state?: { running?: unknown } }) => c.name === 'collector' && c.state?.running)), 5000, 'the collector running');
+    const pod = podName()!;
+    // The stale holder's bytes: the whole program, sent before it stalled.
+    const attach = await api.attach(NS, pod, 'collector', () => undefined);
+    await attach.send(handOverPayload({ code: stale.code, inputJson: stale.inputJson, timeoutSec: stale.timeoutSec, maxStdoutBytes: stale.maxStdoutBytes }));
+    await fake.waitFor(() => existsSync(path.join(path.dirname(fake.outputDir(pod)), 'code', 'main.py')), 5000, 'the program written by the collector');
+    // The new holder's delete of the Job fails (the pod outlives the adoption).
+    fake.failNext(new RegExp(`/jobs/sp-${stale.executionId}$`), 500, 10, 'DELETE');
+    await expect(second.run(stale, { adopt: true })).rejects.toBeInstanceOf(RunGoneError);
+    expect(readlinkSync(path.join(path.dirname(fake.outputDir(pod)), 'control', 'claim'))).toBe('fence');
+    // The runner comes up; the collector, finding the claim taken, sends no go line: nothing runs.
+    await fake.waitFor(() => fake.logOf(pod, 'collector').includes('undelivered fenced'), 10_000, 'the collector refusing the stale hand-over');
+    expect(existsSync(ran)).toBe(false);
+    expect(fake.logOf(pod, 'main')).toBe('');
+    attach.close();
+    fake.mainStartDelayMs = 0;
   });
 
   it('pool pods that cannot pull their image are removed at once and replaced after a back-off', async () => {

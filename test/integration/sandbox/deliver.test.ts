@@ -14,6 +14,7 @@ import { RUNNER_NOT_DELIVERED_EXIT } from '../../../src/runtime/run-output.ts';
 import { CollectorStream } from '../../../src/runtime/kubernetes/runs/collector-stream.ts';
 import { handOverPayload } from '../../../src/runtime/kubernetes/runs/hand-over.ts';
 import { defaultOutputLimits, parseOutputTar, type CollectedOutput } from '../../../src/runtime/kubernetes/runs/output-tar.ts';
+import { CLAIM_FILE, FENCE_COMMAND } from '../../../src/runtime/kubernetes/names.ts';
 import { DELIVER_PATH, RUNNER_PATH } from '../../../src/sandbox/paths.ts';
 import { freePort } from '../../support/process.ts';
 
@@ -65,9 +66,16 @@ async function pair(prefix: string, withOutput = false) {
   const input = path.join(dir, 'input', 'data.json');
   const runnerProc = spawn(PY, [RUNNER_PATH, '--code', code, '--input', input, '--output', path.join(dir, 'out'), '--cwd', dir, '--tee', '--wait', '--go-port', String(port)], { env: CLEAN, stdio: ['ignore', 'pipe', 'pipe'] });
   const output = withOutput ? ['--output', path.join(dir, 'out')] : [];
-  const deliverProc = spawn(PY, [DELIVER_PATH, '--code', code, '--input', input, '--go-port', String(port), '--release', path.join(dir, 'control', 'release'), ...output], { env: CLEAN, stdio: ['pipe', 'pipe', 'pipe'] });
+  const deliverProc = spawn(PY, [DELIVER_PATH, '--code', code, '--input', input, '--go-port', String(port), '--release', path.join(dir, 'control', 'release'), '--claim', path.join(dir, 'control', 'claim'), ...output], { env: CLEAN, stdio: ['pipe', 'pipe', 'pipe'] });
   children.push(runnerProc, deliverProc);
   return { dir, code, input, port, runner: collect(runnerProc), deliver: collect(deliverProc), deliverProc, runnerProc };
+}
+
+/** The new holder's fence (FENCE_COMMAND), as exec'd in the collector, on this pair's /control. */
+async function fence(dir: string): Promise<number | null> {
+  const cmd = FENCE_COMMAND.map((a) => a.replaceAll(CLAIM_FILE, path.join(dir, 'control', 'claim')));
+  const c = spawn(cmd[0] === 'python3' ? PY : cmd[0]!, cmd.slice(1), { env: CLEAN, stdio: 'ignore' });
+  return await new Promise((r) => c.on('close', (code) => r(code)));
 }
 
 describe('deliver.py and runner --go-port', () => {
@@ -144,6 +152,27 @@ describe('deliver.py and runner --go-port', () => {
     } finally {
       server.close();
     }
+  });
+
+  it('a pod fenced by a run\'s new holder (FENCE_COMMAND, exit 0) runs nothing of a hand-over that comes after: deliver says so and exits 4', async () => {
+    const p = await pair('deliver-fenced-');
+    expect(await fence(p.dir)).toBe(0);
+    // Fenced already: the same answer to a second new holder.
+    expect(await fence(p.dir)).toBe(0);
+    p.deliverProc.stdin!.write(handOverPayload({ code: 'open("ran", "w").write("x")\n', inputJson: '{}', timeoutSec: 10, maxStdoutBytes: 1000 }));
+    expect(await p.deliver.exited).toBe(4);
+    expect(p.deliver.out()).toBe('undelivered fenced: the run has a new holder, which took this pod before the program started\n');
+    // The runner saw its go connection end without a go line: it exits, nothing ran.
+    expect(await p.runner.exited).toBe(RUNNER_NOT_DELIVERED_EXIT);
+    expect(existsSync(path.join(p.dir, 'ran'))).toBe(false);
+  });
+
+  it('once the program was handed over, the fence is refused (exit 17): the new holder re-attaches to the run', async () => {
+    const p = await pair('deliver-claimed-');
+    p.deliverProc.stdin!.write(handOverPayload({ code: 'print("once")\n', inputJson: '{}', timeoutSec: 10, maxStdoutBytes: 1000 }));
+    expect(await p.runner.exited).toBe(0);
+    expect(await fence(p.dir)).toBe(17);
+    expect(p.runner.out()).toBe('once\n');
   });
 
   it('a stream that ends mid-payload sends no go line: nothing runs, and the runner still waits', async () => {

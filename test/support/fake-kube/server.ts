@@ -27,7 +27,8 @@
  *   byte first (1 stdout, 2 stderr, 3 Status JSON; v5 also 255 = close channel), opening with the
  *   empty frame a real server sends on each channel it writes; the collector's `tar` is the real
  *   `tar` command run over a temporary directory holding the pod's `/output` (or a canned archive
- *   for hostile cases), streamed as it runs; and the release command that lets the collector exit;
+ *   for hostile cases), streamed as it runs; the release command that lets the collector exit; and
+ *   a new holder's fence (the claim command, run for real on the pod's `/control`);
  * - attach over WebSocket (same subprotocols): the client's channel-0 frames go to the container's
  *   stdin, its stdout comes back on channel 1 from the moment of the attach; refused (400) when the
  *   container is not running or its spec has no `stdin`; with `stdinOnce` the container's stdin is
@@ -1595,6 +1596,17 @@ export class FakeKube {
       else ({ stderr, exitCode } = await this.runTar(ws, call, frame, drained));
     } else if (cmd.includes('/control/release')) {
       this.releaseCollector(pod);
+    } else if (cmd.includes('/control/claim')) {
+      // The fence of a run's new holder, run for real on the pod's /control (which a real collector,
+      // deliver.py, shares when the fake runs the pod's processes).
+      const dir = path.join(this.root, call.pod, 'control');
+      mkdirSync(dir, { recursive: true });
+      const child = spawn(call.command[0]!, call.command.slice(1).map((a) => a.replaceAll('/control/claim', path.join(dir, 'claim'))), { stdio: ['ignore', 'ignore', 'pipe'] });
+      child.stderr.on('data', (b: Buffer) => (stderr += b.toString()));
+      exitCode = await new Promise<number>((resolve) => {
+        child.on('error', () => resolve(127));
+        child.on('close', (code) => resolve(code ?? 1));
+      });
     } else {
       stderr = `sh: ${call.command[0]}: not found\n`;
       exitCode = 127;

@@ -20,7 +20,7 @@ import type { V1Container, V1Job } from '@kubernetes/client-node';
 import { jobRef, type JobType } from '../../../jobtypes/job-type.ts';
 import type { RunSpec } from '../../runtime.ts';
 import { SECRET_KEYS, buildJob, builtImage, extraRequirements, jobDeadlineSeconds, type BuildJobConfig } from '../runs/build-job.ts';
-import { ANNOTATIONS, CONTAINERS, LABELS, RELEASE_FILE, executionLabel } from '../names.ts';
+import { ANNOTATIONS, CLAIM_FILE, CONTAINERS, LABELS, RELEASE_FILE, executionLabel } from '../names.ts';
 import { toMs } from '../runs/decide.ts';
 
 /**
@@ -145,6 +145,8 @@ function buildPoolJobBody(jobType: JobType, config: BuildJobConfig, opts: PoolJo
     String(GO_PORT),
     '--release',
     RELEASE_FILE,
+    '--claim',
+    CLAIM_FILE,
     // The outputs go back on the attach before `done` (deliver.py), which saves an exec per run.
     '--output',
     '/output',

@@ -13,7 +13,7 @@ import type { Logger } from '../../../logger.ts';
 import { assertHeld, FencedError, type RawRun, type RunOptions, type RunSpec } from '../../runtime.ts';
 import type { RunController } from './controller.ts';
 import { afterHandOverFailure, newRunState } from './decide.ts';
-import { CONTAINERS, LABELS, jobNameFor } from '../names.ts';
+import { CONTAINERS, FENCE_COMMAND, LABELS, jobNameFor } from '../names.ts';
 import { defaultOutputLimits } from './output-tar.ts';
 import { coldAttachJob } from '../pool/pool-plan.ts';
 import type { WarmPool } from '../pool/pool.ts';
@@ -30,6 +30,8 @@ const EARLY_ATTACH_INTERVAL_MS = 40;
  * limit instead (the controller ends the run with `startup_timeout` there).
  */
 const HAND_OVER_TIMEOUT_MS = 30_000;
+/** How long the exec that fences a pod may take (an interpreter start in the sandbox), ms. */
+const FENCE_TIMEOUT_MS = 15_000;
 
 /** What the attach paths need from the runtime. */
 export interface AttachedRunsDeps {
@@ -167,10 +169,14 @@ export class AttachedRuns {
   }
 
   /**
-   * For adoption: whether the program of a Job whose program goes by attach was handed over. Its
-   * collector's log says so (deliver.py copies the runner's phase lines to its stdout, which is the
-   * container log), so a new process can tell without the attach of the one that died. Null for a
-   * Job whose program came in a Secret; false when its pod is not there (yet) or never said `execution`.
+   * For adoption: whether the program of a Job whose program goes by attach was handed over; false
+   * means no program ever runs in its pod. Null for a Job whose program came in a Secret; false
+   * when its pod is not there (yet) or its collector ended before the program came (deliver.py's
+   * exit 3 or 4). While the collector runs, the hand-over of the process that held the run may still
+   * be in flight (it stalled, or died with its bytes on the way, or the runner is not up yet): the
+   * claim decides (deliver.py `--claim`), taken here by exec for `fence` unless deliver.py took it to
+   * send the go line. Where that cannot be learnt (an older pod, a collector not running yet), the
+   * collector's log says whether the runner reported `execution`.
    */
   async handedOver(job: V1Job): Promise<boolean | null> {
     const collector = job.spec?.template.spec?.containers.find((c) => c.name === CONTAINERS.collector);
@@ -178,6 +184,18 @@ export class AttachedRuns {
     const uid = job.metadata?.uid;
     const pod = this.d.controller.pods.list().find((p) => !!uid && p.metadata?.ownerReferences?.some((r) => r.uid === uid));
     if (!pod?.metadata?.name) return false;
+    const state = pod.status?.containerStatuses?.find((s) => s.name === CONTAINERS.collector)?.state;
+    if (state?.terminated && (state.terminated.exitCode === 3 || state.terminated.exitCode === 4)) return false;
+    // Tried before the status says running: the kubelet reports a start late, and a stale holder's
+    // early attach (deliverWhenRunning) reaches the container runtime directly.
+    if (!state?.terminated && pod.spec?.nodeName) {
+      const fenced = await this.d.api
+        .exec(this.ns, pod.metadata.name, CONTAINERS.collector, FENCE_COMMAND, { timeoutMs: FENCE_TIMEOUT_MS })
+        .then((r) => r.exitCode)
+        .catch(() => null);
+      if (fenced === 0) return false;
+      if (fenced === 17) return true;
+    }
     const log = await this.d.api.podLogTail(this.ns, pod.metadata.name, CONTAINERS.collector, 200);
     return /^execution$/m.test(log);
   }
