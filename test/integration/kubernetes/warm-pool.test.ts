@@ -338,6 +338,31 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     expect(raw.stdout).toBe('ran\n');
   });
 
+  it('cold_start attach: a collector that ended before the attach while its status still says running fails the attempt at once, for what it is', async () => {
+    // The container runtime refuses an attach to an ended container; the kubelet reports the end at
+    // its next sync. The refusal is not taken for the cause: the status, a moment later, says it.
+    const rt = await start({ warm_pool_size: 0, cold_start: 'attach' });
+    const s = spec({ code: 'print("ran")', startupTimeoutSec: 60 });
+    fake.collectorStdinClosedJobs.add(`sp-${s.executionId}`);
+    fake.collectorEndLagMs = 1500;
+    // The service's attach reaches the server only once the collector has ended.
+    fake.hang({ path: /\/attach$/ });
+    const t0 = Date.now();
+    try {
+      const running = rt.run(s);
+      running.catch(() => undefined);
+      const pod = () => fake.list('pods', NS).find((p) => p.metadata.labels?.[LABELS.executionId] === s.executionId)?.metadata.name ?? '';
+      await fake.waitFor(() => !!pod() && fake.logOf(pod(), 'collector').includes('undelivered') && !fake.processAlive(pod(), 'collector'), 5000, 'the collector ended');
+      fake.clearHang();
+      await expect(running).rejects.toThrow(/stdin closed before the program came/);
+    } finally {
+      fake.clearHang();
+      fake.collectorEndLagMs = 0;
+    }
+    expect(Date.now() - t0).toBeLessThan(10_000);
+    expect(fake.attachRefusals).toBeGreaterThan(0);
+  });
+
   it('cold_start attach: the hand-over waits for a runner slow to start as long as the run’s startup limit allows', async () => {
     // On a loaded node `main`'s runner can start well after the collector took the program: the
     // hand-over's own limit (here 500 ms, 30 s by default) must not fail the attempt before the

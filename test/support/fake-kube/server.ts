@@ -305,6 +305,8 @@ export class FakeKube {
    * its next status sync, up to a second later); attach reaches the running process meanwhile. 0: at once.
    */
   statusLagMs = 0;
+  /** How much later than a start (statusLagMs) the end of a collector the fake runs is reported, ms (a kubelet slow to sync). */
+  collectorEndLagMs = 0;
   /** Fault: `main`'s process in pods the fake runs starts this long after the collector's (a node slow to start it), ms. */
   mainStartDelayMs = 0;
   /** Startup probe connections that succeeded (one per warm pod that became ready). */
@@ -546,6 +548,11 @@ export class FakeKube {
     const held = this.held;
     this.held = null;
     for (const [w, lines] of held ?? []) if (this.watchers.has(w) && !w.res.writableEnded) w.res.write(lines.join(''));
+  }
+
+  /** Whether the process the fake runs for a pod's `main` or `collector` is alive (runWarmPods). */
+  processAlive(podName: string, container: 'main' | 'collector'): boolean {
+    return (container === 'main' ? this.procs : this.delivers).has(podName);
   }
 
   /** Number of open watches. */
@@ -1366,7 +1373,10 @@ export class FakeKube {
     // Like the container runtime, which attach asks: a started process counts, whatever the status says.
     const table = container === 'main' ? this.procs : container === 'collector' ? this.delivers : null;
     const started = !!table?.has(podName);
-    if (!cs.state?.running && !started) {
+    // A container whose process the fake ran and that has ended is not running, whatever its status
+    // says yet (the kubelet reports an end late; the container runtime, which attach asks, knows).
+    const ended = this.startedPods.has(podName) && !!table && !started;
+    if ((!cs.state?.running && !started) || ended) {
       this.attachRefusals++;
       return refuse(400, status(400, 'BadRequest', `container ${container} is not running`));
     }
@@ -1507,7 +1517,7 @@ export class FakeKube {
       // Exited by itself with a failure (not stopped by us: that is a signal): the container ended,
       // as the kubelet reports it, after its start was (the status lag).
       if (code === null || code === 0) return;
-      this.later(this.statusLagMs + 1, () => {
+      this.later(this.statusLagMs + this.collectorEndLagMs + 1, () => {
         if (!this.peek('pods').some((p) => p.metadata.name === podName && !p.metadata.deletionTimestamp)) return;
         this.updatePod(podName, (p) => this.setContainer(p, 'collector', { terminated: { exitCode: code, reason: 'Error', startedAt: kubeTime(), finishedAt: kubeTime() } }, { started: false, ready: false }));
       });

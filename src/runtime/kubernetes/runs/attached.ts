@@ -30,6 +30,8 @@ const EARLY_ATTACH_INTERVAL_MS = 40;
  * limit instead (the controller ends the run with `startup_timeout` there).
  */
 const HAND_OVER_TIMEOUT_MS = 30_000;
+/** How long attaches refused while the pod's status says the collector runs are retried, ms (see deliverWhenRunning). */
+const REFUSED_WHILE_RUNNING_MS = 3000;
 /** How long the exec that fences a pod may take (an interpreter start in the sandbox), ms. */
 const FENCE_TIMEOUT_MS = 15_000;
 
@@ -251,11 +253,13 @@ export class AttachedRuns {
    * container runtime itself: so once the pod is bound to a node, attach is tried every
    * {@link EARLY_ATTACH_INTERVAL_MS} before the status says so. A refused attach (the container is not
    * running yet) opened no stream, so it leaves the `stdinOnce` stdin untouched and may be repeated;
-   * once the status says running, a failure is final.
+   * once the status says running, a failure is final, but for refusals in the first moment (the
+   * container has just ended; its status, a moment later, says how).
    */
   private async deliverWhenRunning(spec: RunSpec, options: RunOptions, key: string, jobUid: string, startedAt: number, settled: () => boolean): Promise<void> {
     const c = this.d.controller;
     let lastTry = Number.NEGATIVE_INFINITY;
+    let refusedSince: number | null = null;
     // Woken by any change of this run's pod, so the loop does not poll the pod cache.
     let wake: (() => void) | null = null;
     const off = c.pods.on((_event, p) => {
@@ -274,7 +278,7 @@ export class AttachedRuns {
         const running = usable && !!status(CONTAINERS.collector)?.state?.running;
         const bound = usable && !!pod?.spec?.nodeName;
         const now = this.d.clock.now();
-        if (running || (bound && now - lastTry >= EARLY_ATTACH_INTERVAL_MS)) {
+        if ((running || bound) && now - lastTry >= EARLY_ATTACH_INTERVAL_MS) {
           lastTry = now;
           try {
             await assertHeld(options, 'handing the program over');
@@ -283,8 +287,14 @@ export class AttachedRuns {
           } catch (err) {
             // Taken over before the hand-over: the Job stays for the new holder (it sees nothing was handed over).
             if (err instanceof FencedError) return c.untrack(key, err);
-            // Not running yet (the upgrade was refused, no stream opened): try again shortly.
-            if (!running && upgradeRefused(err) && !settled()) continue;
+            // Not running yet (the upgrade was refused, no stream opened): try again shortly. Refused
+            // while the status says running: the container has just ended (the kubelet reports an
+            // end late), and the next status says how; for a moment only, then the attempt fails.
+            if (upgradeRefused(err) && !settled()) {
+              if (!running) continue;
+              refusedSince ??= now;
+              if (this.d.clock.now() - refusedSince < REFUSED_WHILE_RUNNING_MS) continue;
+            }
             return await this.failColdHandOver(spec, key, jobUid, err);
           }
         }
