@@ -1414,10 +1414,13 @@ export class FakeKube {
         // stdinOnce: the first attach's end closes the container's stdin for good.
         if (firstAttach && spec && (spec as { stdinOnce?: boolean }).stdinOnce) proc?.child.stdin?.end();
       });
-      proc?.child.once('exit', () => {
+      const ended = () => {
         frame(3, Buffer.from(JSON.stringify({ metadata: {}, status: 'Success' })));
         ws.close(1000);
-      });
+      };
+      // The process may have ended during the upgrade (after the check above): the stream ends at once.
+      if (started && (!proc || proc.child.exitCode !== null || proc.child.signalCode !== null)) ended();
+      else proc?.child.once('exit', ended);
     });
   }
 
