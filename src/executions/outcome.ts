@@ -4,6 +4,7 @@
  */
 import type { RawRun } from '../runtime/runtime.ts';
 import type { Classification } from './classify.ts';
+import type { ExecutionRow } from '../store/database.ts';
 
 /** Error types whose runs are put in the dead letter queue (SPEC §7.3 rule 7). */
 export const DLQ_ERROR_TYPES = new Set(['internal_error', 'service_unavailable', 'docker_error', 'config_error']);
@@ -42,3 +43,14 @@ export class TakenOverError extends Error {
     super(`execution ${executionId} was taken over by another process, which settles it`);
   }
 }
+
+/** Observers for metrics; all optional. */
+export interface ExecutionEvents {
+  onFinished?(row: ExecutionRow): void;
+  onStarted?(row: ExecutionRow): void;
+  /** A held job went back to the queue. */
+  onRequeued?(row: ExecutionRow, reason: RequeueReason): void;
+}
+
+/** Why a held job went back to the queue (the `reason` label of `sandpod_requeues_total`). */
+export type RequeueReason = 'breaker_open' | 'infra_failure' | 'shutdown' | 'crash';

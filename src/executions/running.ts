@@ -15,7 +15,7 @@ import type { Claims, GiveBack } from '../queue/claims.ts';
 import type { Holders } from '../queue/holders.ts';
 import type { Slots } from '../queue/slots.ts';
 import type { RunGuard } from '../resilience/guard.ts';
-import { FencedError, RunGoneError, type RawRun, type Runtime, type RunSpec } from '../runtime/runtime.ts';
+import { FencedError, LeftRunningError, RunGoneError, type RawRun, type Runtime, type RunSpec } from '../runtime/runtime.ts';
 import { insertArtifacts, type NewArtifact } from '../store/artifacts.repository.ts';
 import { isDatabaseUnavailable, type Database, type Db, type ExecutionRow, type ExecutionUpdate, type NewExecutionRow } from '../store/database.ts';
 import { insertDlq } from '../store/dlq.repository.ts';
@@ -35,17 +35,9 @@ import { specOf, type CellRunner, type ExecuteOptions, type SpecRow } from './ru
 import { DLQ_ERROR_TYPES, internalClassification, isEngineFailure, TAKEN_OVER_GRACE_MS, TakenOverError } from './outcome.ts';
 export { DLQ_ERROR_TYPES, isEngineFailure } from './outcome.ts';
 export type { CellRunner } from './run-spec.ts';
+export type { ExecutionEvents, RequeueReason } from './outcome.ts';
+import type { ExecutionEvents, RequeueReason } from './outcome.ts';
 
-/** Observers for metrics; all optional. */
-export interface ExecutionEvents {
-  onFinished?(row: ExecutionRow): void;
-  onStarted?(row: ExecutionRow): void;
-  /** A held job went back to the queue. */
-  onRequeued?(row: ExecutionRow, reason: RequeueReason): void;
-}
-
-/** Why a held job went back to the queue (the `reason` label of `sandpod_requeues_total`). */
-export type RequeueReason = 'breaker_open' | 'infra_failure' | 'shutdown' | 'crash';
 
 /** Options of {@link Running}. */
 export interface RunningOptions {
@@ -64,11 +56,12 @@ export interface RunningOptions {
 
 /**
  * What a guarded run came to, before it is written. `internal`: the breaker refused it
- * (`service_unavailable`) or the engine failed; `unretryable` when the failure says retrying cannot fix it.
+ * (`service_unavailable`) or the engine failed; `unretryable` when the failure says retrying cannot
+ * fix it; `left` when the service stopped and left the run's sandbox running (LeftRunningError).
  */
 type Outcome =
   | { kind: 'ran'; raw: RawRun; attempts: number }
-  | { kind: 'internal'; type: string; message: string; attempts: number; unretryable?: boolean }
+  | { kind: 'internal'; type: string; message: string; attempts: number; unretryable?: boolean; left?: boolean }
   | { kind: 'gone' }
   /** Another process took the run over (queue/holders.ts, fencing): nothing is written. */
   | { kind: 'fenced' };
@@ -179,7 +172,8 @@ export class Running {
       if (signal.aborted && signal.reason === 'shutdown' && row.mode === 'async') {
         events.status('queued', 'queued');
         await events.close();
-        return await this.requeue(row, 'shutdown', 'service shut down during the run');
+        // Left running (a Kubernetes Job): the next holder re-attaches to it; otherwise it starts again.
+        return await this.requeue(row, 'shutdown', `service shut down during the run${outcome.kind === 'internal' && outcome.left ? '; its pod is left running for the next holder' : ''}`);
       }
       const decision = this.afterFault(row, outcome, progress.userCodeStarted, signal);
       if (decision.action === 'requeue') {
@@ -275,11 +269,11 @@ export class Running {
     };
     const onOutput = (stream: 'stdout' | 'stderr', chunk: Uint8Array) => events.output(stream, chunk);
     const confirmHeld = () => this.o.holders.confirmHeld(row.id);
-    const res = await this.o.guard.run(() => (runner ?? runtime.run.bind(runtime))(spec, { signal, onPhase, onOutput, adopt, confirmHeld, holdRelease: true }), {
+    const res = await this.o.guard.run(() => (runner ?? runtime.run.bind(runtime))(spec, { signal, onPhase, onOutput, adopt, confirmHeld, holdRelease: true, leaveOnShutdown: row.mode === 'async' }), {
       isEngineFailure,
       // Nothing to re-attach to says nothing about the engine: a restart adopting many lost runs must
       // not open the circuit for everyone.
-      isNeutral: (err) => err instanceof RunGoneError || err instanceof FencedError,
+      isNeutral: (err) => err instanceof RunGoneError || err instanceof FencedError || err instanceof LeftRunningError,
       retryable: () => !signal.aborted,
       onRetry: (n, err, delay) => log.warn({ attempt: n, delay_ms: delay, err: errorMessage(err) }, 'engine failure; retrying'),
     });
@@ -298,6 +292,7 @@ export class Running {
       return { kind: 'gone' };
     }
     if (res.error instanceof FencedError) return { kind: 'fenced' };
+    if (res.error instanceof LeftRunningError) return { kind: 'internal', type: 'internal_error', message: res.error.message, attempts: res.attempts, left: true };
     log.error({ err: res.error, attempts: res.attempts }, 'engine failed');
     return {
       kind: 'internal',

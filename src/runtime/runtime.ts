@@ -212,6 +212,19 @@ export interface RunOptions {
    * process ignore it.
    */
   holdRelease?: boolean;
+  /**
+   * An abort with reason `shutdown` (the service stops and gives the run back to the queue) lets go
+   * of the run where its sandbox outlives this process (a Kubernetes Job): the Job is left running,
+   * the run rejects with {@link LeftRunningError}, and the run's next holder re-attaches to it
+   * instead of starting the program again. Without it (or where nothing outlives the process) such
+   * an abort stops the run.
+   */
+  leaveOnShutdown?: boolean;
+}
+
+/** The service stopped and the run's sandbox was left running for its next holder ({@link RunOptions.leaveOnShutdown}). */
+export class LeftRunningError extends Error {
+  override readonly name = 'LeftRunningError';
 }
 
 /** Thrown by `run(..., { adopt: true })` when there is nothing to re-attach to. */

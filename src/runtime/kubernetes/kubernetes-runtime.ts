@@ -371,7 +371,7 @@ class KubernetesRuntime implements Runtime {
     }
 
     // Cancellation is heard only now: a cancel during the creates would delete a Job not yet made.
-    return awaitTracked(this.controller, key, tracked, options.signal);
+    return awaitTracked(this.controller, key, tracked, options);
   }
 
   /** A session's own pod (session/sessions.ts). */

@@ -196,6 +196,9 @@ describe('a burst through three service processes (fake API server, real runner,
         const byTag = new Map<string, typeof all>();
         for (const r of all) byTag.set(tagOf(r), [...(byTag.get(tagOf(r)) ?? []), r]);
         const wrong = expected.filter((t) => byTag.get(t)?.length !== 1 || byTag.get(t)![0]!.status !== 'succeeded' || byTag.get(t)![0]!.stdout !== `${t}\n`);
+        // For the failure's reader: what the replicas logged about those runs.
+        const wrongIds = new Set(wrong.flatMap((t) => (byTag.get(t) ?? []).map((r) => String(r.id))));
+        if (wrongIds.size > 0) for (const [i, p] of replicas.entries()) for (const l of jsonLines(p).filter((l) => wrongIds.has(String(l.execution_id)))) console.log(`r${i}`, JSON.stringify(l));
         expect(wrong.map((t) => `${t}: ${JSON.stringify(byTag.get(t)?.map((r) => ({ status: r.status, error: r.error, stdout: r.stdout })) ?? 'no record')}`)).toEqual([]);
         // No other record than the submissions' (a sync 503 leaves at most a record that says so).
         expect(all.length).toBeLessThanOrEqual(ASYNC + SYNC);

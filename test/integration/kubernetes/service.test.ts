@@ -150,3 +150,37 @@ describe('service on the kubernetes runtime', () => {
     }
   });
 });
+
+describe('service on the kubernetes runtime: a stop with runs in flight', () => {
+  it('an async run still running when the grace ends keeps its pod and goes back to the queue; the next holder re-attaches, the program runs once', async () => {
+    // A replica deleted mid-run (SIGTERM, its grace over) must not delete a pod whose program runs:
+    // the run would start again in a new pod, its program twice.
+    const own = await freshDatabase();
+    const first = await startTestService(K8S, {}, own);
+    let next: TestService | undefined;
+    try {
+      const id = await submit(first, { code: 'print("handed back")' });
+      const job = jobNameFor(id);
+      const pod = await fake.waitForPod(job);
+      fake.schedule(pod);
+      fake.mainRunning(pod);
+      for (let i = 0; i < 100 && ((await (await first.get(`/jobs/${id}`)).json()) as J).phase !== 'execution'; i++) await new Promise((r) => setTimeout(r, 50));
+      const jobUid = fake.get('jobs', 'sandpod-jobs', job)!.metadata.uid;
+      await first.stop(200);
+      expect(fake.get('jobs', 'sandpod-jobs', job)?.metadata.deletionTimestamp).toBeUndefined();
+      expect(fake.get('pods', 'sandpod-jobs', pod)?.metadata.deletionTimestamp).toBeUndefined();
+      next = await startTestService(K8S, {}, own);
+      expect((((await (await next.get(`/jobs/${id}`)).json()) as J).status as string)).toMatch(/^(queued|running)$/);
+      await new Promise((r) => setTimeout(r, 500));
+      await succeed(pod, { stdout: 'handed back\n' });
+      const rec = (await (await next.get(`/jobs/${id}/result?wait=true&timeout=10`)).json()) as J;
+      expect(rec).toMatchObject({ status: 'succeeded', stdout: 'handed back\n' });
+      // The same Job and pod: nothing was started again.
+      expect(fake.list('jobs', 'sandpod-jobs').filter((j) => j.metadata.name === job).map((j) => j.metadata.uid)).toEqual([jobUid]);
+      expect(fake.list('pods', 'sandpod-jobs').filter((p) => p.metadata.labels?.['job-name'] === job).map((p) => p.metadata.name)).toEqual([pod]);
+    } finally {
+      await next?.close();
+      await own.drop();
+    }
+  });
+});

@@ -160,9 +160,10 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     const hits = stats.reduce((n, x) => n + x.hits, 0);
     expect(hits + stats.reduce((n, x) => n + x.misses, 0)).toBe(6);
     expect(hits).toBeGreaterThanOrEqual(3);
-    // Both take the oldest ready pod first: some claims (Job patches) lost the race (409) and went on to the next.
+    // Every hit was a claim (a Job patch); both take the oldest ready pod first, so claims often lose
+    // the race (409) and go on to the next, but not always: how they interleave is the machine's.
     const claims = fake.requests.filter((r) => r.method === 'PATCH' && r.path.includes('/jobs/')).length;
-    expect(claims).toBeGreaterThan(hits);
+    expect(claims).toBeGreaterThanOrEqual(hits);
   });
 
   it('the attach begins with the claim; a claim that loses leaves its attach open and unwritten, and the pod serves a later run', async () => {

@@ -10,7 +10,7 @@ import type { Clock } from '../../../clock.ts';
 import type { Config } from '../../../config.ts';
 import { upgradeRefused, type KubeApi } from '../../../kube/index.ts';
 import type { Logger } from '../../../logger.ts';
-import { assertHeld, FencedError, type RawRun, type RunOptions, type RunSpec } from '../../runtime.ts';
+import { assertHeld, FencedError, LeftRunningError, type RawRun, type RunOptions, type RunSpec } from '../../runtime.ts';
 import type { RunController } from './controller.ts';
 import { afterHandOverFailure, newRunState } from './decide.ts';
 import { CONTAINERS, FENCE_COMMAND, LABELS, jobNameFor } from '../names.ts';
@@ -55,12 +55,15 @@ export interface AttachedRunsDeps {
 
 /**
  * Waits for a tracked run; an abort from here on cancels it (the controller deletes its Job), except
- * an abort because the run was taken over (`fenced`): this process lets go of the run and leaves its
- * Job and pod to the new holder, which re-attaches to them.
+ * an abort because the run was taken over (`fenced`), or because the service stops and gives it back
+ * (`shutdown`, with `leaveOnShutdown`): this process lets go of the run and leaves its Job and pod to
+ * the next holder, which re-attaches to them (a program that started is not run again).
  */
-export async function awaitTracked(controller: RunController, key: string, tracked: Promise<RawRun>, signal: AbortSignal | undefined): Promise<RawRun> {
+export async function awaitTracked(controller: RunController, key: string, tracked: Promise<RawRun>, options: Pick<RunOptions, 'signal' | 'leaveOnShutdown'>): Promise<RawRun> {
+  const signal = options.signal;
   const onAbort = () => {
     if (signal?.reason === 'fenced') controller.untrack(key, new FencedError('the run was taken over by another process; its Job is left to it'));
+    else if (signal?.reason === 'shutdown' && options.leaveOnShutdown) controller.untrack(key, new LeftRunningError('the service stopped; the run\'s Job is left running for its next holder'));
     else controller.cancel(key);
   };
   signal?.addEventListener('abort', onAbort, { once: true });
@@ -125,7 +128,7 @@ export class AttachedRuns {
         continue;
       }
       try {
-        return await awaitTracked(this.d.controller, key, tracked, options.signal);
+        return await awaitTracked(this.d.controller, key, tracked, options);
       } finally {
         // The pool may refill now: the run no longer competes with a starting pod.
         pool.runOver(jobName);
@@ -163,7 +166,7 @@ export class AttachedRuns {
       throw err;
     }
     // The abort listener is in place (awaitTracked's synchronous start) before delivery begins.
-    const waiting = awaitTracked(this.d.controller, key, tracked, options.signal);
+    const waiting = awaitTracked(this.d.controller, key, tracked, options);
     // Hand the program over as soon as the collector runs; the controller meanwhile watches for
     // startup failures (image errors, the startup timeout) and ends the run on its own.
     void this.deliverWhenRunning(spec, options, key, owner.metadata?.uid ?? '', startedAt, () => settled);
