@@ -38,7 +38,6 @@ export type { CellRunner } from './run-spec.ts';
 export type { ExecutionEvents, RequeueReason } from './outcome.ts';
 import type { ExecutionEvents, RequeueReason } from './outcome.ts';
 
-
 /** Options of {@link Running}. */
 export interface RunningOptions {
   db: Db;
