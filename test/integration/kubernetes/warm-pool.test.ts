@@ -14,7 +14,7 @@ import { POOL_LABELS, coldAttachJob } from '../../../src/runtime/kubernetes/pool
 import type { KubeApi } from '../../../src/kube/index.ts';
 import { LABELS } from '../../../src/runtime/kubernetes/names.ts';
 import { handOverPayload } from '../../../src/runtime/kubernetes/runs/hand-over.ts';
-import { RunGoneError, type Runtime } from '../../../src/runtime/runtime.ts';
+import { FencedError, RunGoneError, type Runtime } from '../../../src/runtime/runtime.ts';
 import { DELIVER_PATH, RUNNER_PATH } from '../../../src/sandbox/paths.ts';
 import { FakeKube, jobType, spec, startRuntime, testConfig } from '../../support/kube-runtime.ts';
 
@@ -436,6 +436,23 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     expect(fake.logOf(pod, 'main')).toBe('');
     attach.close();
     fake.mainStartDelayMs = 0;
+  });
+
+  it('a stale attempt (its process was taken over) that finds the new holder\'s Job, its program not handed over yet, leaves it alone', async () => {
+    // The new holder made its Job and is about to hand the program over; the old holder, resumed and
+    // not yet told, retries: it must neither fence nor delete that Job.
+    const rt = await start({ warm_pool_size: 0, cold_start: 'attach' });
+    const api = (rt as unknown as { internals: { api: KubeApi } }).internals.api;
+    const s = spec({ code: 'print("new holder")' });
+    const cfg = testConfig({ kubernetes: { executor_image: 'sandpod/executor:test', deadline_grace_seconds: 5 } });
+    await api.createJob(coldAttachJob(s, cfg, { name: `sp-${s.executionId}`, runtimeClassName: 'gvisor', runnerSource, deliverSource: readFileSync(DELIVER_PATH, 'utf8'), graceSec: 5 }));
+    const podName = () => fake.list('pods', NS).find((p) => p.metadata.labels?.[LABELS.executionId] === s.executionId)?.metadata.name;
+    await fake.waitFor(() => !!podName() && fake.list('pods', NS).some((p) => p.metadata.name === podName() && p.status?.containerStatuses?.some((c: { name: string; state?: { running?: unknown } }) => c.name === 'collector' && c.state?.running)), 5000, 'the collector running');
+    // The runtime's informer has the Job (its events come within milliseconds here).
+    await new Promise((r) => setTimeout(r, 500));
+    await expect(rt.run(s, { confirmHeld: async () => false })).rejects.toBeInstanceOf(FencedError);
+    expect(fake.list('jobs', NS).some((j) => j.metadata.name === `sp-${s.executionId}` && !j.metadata.deletionTimestamp)).toBe(true);
+    expect(existsSync(path.join(path.dirname(fake.outputDir(podName()!)), 'control', 'claim'))).toBe(false);
   });
 
   it('pool pods that cannot pull their image are removed at once and replaced after a back-off', async () => {

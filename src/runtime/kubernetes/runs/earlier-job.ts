@@ -32,11 +32,13 @@ export interface EarlierJobDeps {
  * - `adopt`: by its name, else the Job labelled with the execution (a claimed pool Job) from the
  *   cache, else from the API server; none → {@link RunGoneError};
  * - otherwise: a live (not deleting) Job labelled with the execution in the cache, or null.
+ * `held` rejects (FencedError) when the run is no longer this process's: checked before anything
+ * is fenced or deleted.
  * A Job whose program never reached its pod is deleted: {@link RunGoneError} when adopting;
  * otherwise, once the API server no longer has it, null (the attempt starts clean), or a retryable
  * error when it is still there after a while.
  */
-export async function earlierJob(d: EarlierJobDeps, executionId: string, key: string, jobName: string, adopt: boolean): Promise<V1Job | null> {
+export async function earlierJob(d: EarlierJobDeps, executionId: string, key: string, jobName: string, adopt: boolean, held: () => Promise<void>): Promise<V1Job | null> {
   const labelled = d.controller.jobs.byIndex(key);
   let job: V1Job | null | undefined;
   if (adopt) {
@@ -51,7 +53,10 @@ export async function earlierJob(d: EarlierJobDeps, executionId: string, key: st
   }
   // A pod whose program never reached it (the process that was handing it over died, or was taken
   // over before it could) would wait for a go line until its deadline: it goes, and the run starts
-  // again (nothing of it ran).
+  // again (nothing of it ran). Fencing and deleting it are for the run's holder only: a stale
+  // attempt (this process was taken over and does not know yet) that retried would find the new
+  // holder's Job of this execution and, its program not handed over yet, remove it.
+  await held();
   if ((await d.attached.handedOver(job)) === false) {
     const name = job.metadata?.name ?? jobName;
     await d.api.deleteJob(d.ns, name, job.metadata?.uid).catch(() => undefined);
