@@ -268,7 +268,7 @@ export class Running {
     };
     const onOutput = (stream: 'stdout' | 'stderr', chunk: Uint8Array) => events.output(stream, chunk);
     const confirmHeld = () => this.o.holders.confirmHeld(row.id);
-    const res = await this.o.guard.run(() => (runner ?? runtime.run.bind(runtime))(spec, { signal, onPhase, onOutput, adopt, confirmHeld, holdRelease: true, leaveOnShutdown: row.mode === 'async' }), {
+    const res = await this.o.guard.run(() => (runner ?? runtime.run.bind(runtime))(spec, { signal, onPhase, onOutput, adopt, confirmHeld, holdRelease: true, leaveOnShutdown: row.mode === 'async', earlierAttempts: row.attempts > 1 }), {
       isEngineFailure,
       // Nothing to re-attach to says nothing about the engine: a restart adopting many lost runs must
       // not open the circuit for everyone.

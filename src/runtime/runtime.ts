@@ -220,6 +220,12 @@ export interface RunOptions {
    * an abort stops the run.
    */
   leaveOnShutdown?: boolean;
+  /**
+   * The record was claimed before (given back, e.g. by a replica that stopped and left its sandbox
+   * running): a sandbox of an earlier attempt may exist that this process has not seen yet. A
+   * runtime that re-attaches to such sandboxes asks its source of truth, not only its cache.
+   */
+  earlierAttempts?: boolean;
 }
 
 /** The service stopped and the run's sandbox was left running for its next holder ({@link RunOptions.leaveOnShutdown}). */

@@ -298,7 +298,7 @@ class KubernetesRuntime implements Runtime {
     let startedAt = this.clock.now();
     let jobSeen = false;
     // An earlier holder's Job of this execution, if any (runs/earlier-job.ts): re-attached, never doubled.
-    const adopted = await earlierJob(this.earlierDeps, spec.executionId, key, jobName, options.adopt ?? false, () => assertHeld(options, "removing an earlier attempt's Job"));
+    const adopted = await earlierJob(this.earlierDeps, spec.executionId, key, jobName, options.adopt ?? false, () => assertHeld(options, "removing an earlier attempt's Job"), options.earlierAttempts ?? false);
     // Adopting creates nothing but a missing Secret, whose contents do not depend on the RuntimeClass.
     const runtimeClassName = adopted ? await this.runtimeClass.forRun().catch(() => null) : await this.runtimeClass.forRun();
     const { secret, job } = buildJob(spec, spec.jobType, this.config, {

@@ -455,6 +455,34 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     expect(existsSync(path.join(path.dirname(fake.outputDir(podName()!)), 'control', 'claim'))).toBe(false);
   });
 
+  it('a run claimed again (earlierAttempts) finds an earlier attempt\'s claimed pool Job its cache has not seen, and follows it: the program runs once', async () => {
+    // A replica stopped and left its warm run's pod running for the next holder; the next holder's
+    // informer has not seen that claim yet. The claimed pool Job has a name of its own, so nothing
+    // else would meet it: without the API server's answer the run would start in a second pod.
+    const second = await start({ warm_pool_size: 1, cold_start: 'attach' });
+    await fake.waitFor(() => readyIdle().length === 1 && (second.warmPoolStats!().find((x) => x.job_type === 'default')?.ready ?? 0) >= 1, 15_000, 'the pool ready');
+    const third = await start({ warm_pool_size: 1, cold_start: 'attach' });
+    await new Promise((r) => setTimeout(r, 500)); // its informer has listed everything
+    const s = spec({ code: 'import time\ntime.sleep(1.5)\nprint("once")' });
+    fake.holdEvents();
+    try {
+      const going = second.run(s);
+      going.catch(() => undefined);
+      await fake.waitFor(() => fake.list('pods', NS).some((p) => p.metadata.labels?.[LABELS.executionId] === s.executionId && fake.logOf(p.metadata.name, 'collector').includes('execution')), 10_000, 'handed over');
+      await second.stop();
+      runtimes.splice(runtimes.indexOf(second), 1);
+      const before = fake.requests.length;
+      const raw = third.run(s, { earlierAttempts: true });
+      await fake.waitFor(() => fake.requests.slice(before).some((r) => r.method === 'GET' && r.path.endsWith('/jobs') && !r.watch), 5000, 'the API server asked');
+      fake.releaseEvents();
+      const result = await raw;
+      expect(result.stdout).toBe('once\n');
+    } finally {
+      fake.releaseEvents();
+    }
+    expect(fake.list('jobs', NS).filter((j) => j.metadata.labels?.[LABELS.executionId] === s.executionId)).toHaveLength(1);
+  });
+
   it('pool pods that cannot pull their image are removed at once and replaced after a back-off', async () => {
     fake.unpullable.add('sandpod/executor:test');
     const seen = new Set<string>();

@@ -31,14 +31,15 @@ export interface EarlierJobDeps {
  * The Job to re-attach to for execution `executionId` (label value `key`, cold Job name `jobName`):
  * - `adopt`: by its name, else the Job labelled with the execution (a claimed pool Job) from the
  *   cache, else from the API server; none → {@link RunGoneError};
- * - otherwise: a live (not deleting) Job labelled with the execution in the cache, or null.
+ * - otherwise: a live (not deleting) Job labelled with the execution in the cache (with
+ *   `earlierAttempts`, from the API server when the cache has none), or null.
  * `held` rejects (FencedError) when the run is no longer this process's: checked before anything
  * is fenced or deleted.
  * A Job whose program never reached its pod is deleted: {@link RunGoneError} when adopting;
  * otherwise, once the API server no longer has it, null (the attempt starts clean), or a retryable
  * error when it is still there after a while.
  */
-export async function earlierJob(d: EarlierJobDeps, executionId: string, key: string, jobName: string, adopt: boolean, held: () => Promise<void>): Promise<V1Job | null> {
+export async function earlierJob(d: EarlierJobDeps, executionId: string, key: string, jobName: string, adopt: boolean, held: () => Promise<void>, earlierAttempts = false): Promise<V1Job | null> {
   const labelled = d.controller.jobs.byIndex(key);
   let job: V1Job | null | undefined;
   if (adopt) {
@@ -49,6 +50,9 @@ export async function earlierJob(d: EarlierJobDeps, executionId: string, key: st
     if (!job) throw new RunGoneError(`no Job ${jobName} for execution ${executionId}`);
   } else {
     job = labelled.find((j) => !j.metadata?.deletionTimestamp);
+    // Claimed before: an earlier attempt's Job (a claimed pool Job has a name of its own, so a create
+    // would not meet it) may not be in the cache yet; the API server says.
+    if (!job && earlierAttempts) job = (await d.api.listJobs(d.ns, `${instanceSelector(d.instance)},${LABELS.executionId}=${key}`)).items.find((j) => !j.metadata?.deletionTimestamp);
     if (!job) return null;
   }
   // A pod whose program never reached it (the process that was handing it over died, or was taken
