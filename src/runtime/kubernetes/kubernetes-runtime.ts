@@ -298,7 +298,7 @@ class KubernetesRuntime implements Runtime {
     let startedAt = this.clock.now();
     let jobSeen = false;
     // An earlier holder's Job of this execution, if any (runs/earlier-job.ts): re-attached, never doubled.
-    const adopted = await earlierJob(this.earlierDeps, spec.executionId, key, jobName, options.adopt ?? false, () => assertHeld(options, "removing an earlier attempt's Job"), options.earlierAttempts ?? false);
+    let adopted = await earlierJob(this.earlierDeps, spec.executionId, key, jobName, options.adopt ?? false, () => assertHeld(options, "removing an earlier attempt's Job"), options.earlierAttempts ?? false);
     // Adopting creates nothing but a missing Secret, whose contents do not depend on the RuntimeClass.
     const runtimeClassName = adopted ? await this.runtimeClass.forRun().catch(() => null) : await this.runtimeClass.forRun();
     const { secret, job } = buildJob(spec, spec.jobType, this.config, {
@@ -318,11 +318,10 @@ class KubernetesRuntime implements Runtime {
       // Input files travel in the run's Secret only: a run with any starts as a cold Job.
       const viaSecret = (spec.inputFiles?.length ?? 0) > 0;
       const warm = viaSecret ? null : await this.attached.runWarm(spec, options, key, startedAt);
-      if (warm) return warm;
-      startedAt = this.clock.now();
-      if (!viaSecret && this.config.kubernetes.cold_start === 'attach' && poolable(spec.jobType, spec.requirements)) {
-        return this.attached.runColdAttach(spec, options, key, startedAt, runtimeClassName);
-      }
+      if (warm && 'observation' in warm) return warm;
+      adopted = warm; // a Job: the program started there although its hand-over failed; followed below
+      [jobSeen, startedAt] = adopted ? [true, startedAt] : [false, this.clock.now()];
+      if (!adopted && !viaSecret && this.config.kubernetes.cold_start === 'attach' && poolable(spec.jobType, spec.requirements)) return this.attached.runColdAttach(spec, options, key, startedAt, runtimeClassName);
     }
 
     const trackedJobName = adopted?.metadata?.name ?? jobName;

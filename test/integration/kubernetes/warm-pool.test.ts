@@ -483,6 +483,22 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     expect(fake.list('jobs', NS).filter((j) => j.metadata.labels?.[LABELS.executionId] === s.executionId)).toHaveLength(1);
   });
 
+  it('a warm hand-over that fails after its bytes went (no answer in time) never runs the program twice: the pod is followed when it started, fenced when not', async () => {
+    const rt = await startRuntime(fake, {
+      config: testConfig({ kubernetes: { executor_image: 'sandpod/executor:test', deadline_grace_seconds: 5, preflight: false, warm_pool_size: 2, cold_start: 'attach' } }),
+      options: { runnerSource, jobTypes: () => types, tuning: { podGoneGraceMs: 150, execTimeoutMs: 5000, informerBackoffInitialMs: 20, informerBackoffMaxMs: 200, healthCacheMs: 0, poolIntervalMs: 50, handOverTimeoutMs: 1 } },
+    });
+    runtimes.push(rt);
+    await fake.waitFor(poolReady, 15_000, 'the pool ready');
+    const ledger = path.join(mkdtempSync(path.join(tmpdir(), 'ledger-')), 'ran');
+    const s = spec({ code: `open(${JSON.stringify(ledger)}, "a").write("x")\nprint("once")`, startupTimeoutSec: 30 });
+    const raw = await rt.run(s);
+    expect(raw.observation).toMatchObject({ exitCode: 0, infraError: null });
+    expect(raw.stdout).toBe('once\n');
+    await new Promise((r) => setTimeout(r, 1000)); // a program started in a pod given up would have written by now
+    expect(readFileSync(ledger, 'utf8')).toBe('x');
+  });
+
   it('pool pods that cannot pull their image are removed at once and replaced after a back-off', async () => {
     fake.unpullable.add('sandpod/executor:test');
     const seen = new Set<string>();

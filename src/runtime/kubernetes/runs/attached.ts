@@ -87,8 +87,10 @@ export class AttachedRuns {
    * The warm path: claims a pool pod, hands the program over and drives the run like any other; the
    * runner's `done N` ends it without waiting for the kubelet. Null on a miss, or when hand-overs
    * failed until `afterHandOverFailure` says cold (each claimed Job is deleted; the caller starts cold).
+   * A Job: a hand-over failed as this process saw it but the program started there (the caller
+   * follows that Job as it would an adopted one).
    */
-  async runWarm(spec: RunSpec, options: RunOptions, key: string, startedAt: number): Promise<RawRun | null> {
+  async runWarm(spec: RunSpec, options: RunOptions, key: string, startedAt: number): Promise<RawRun | V1Job | null> {
     const pool = this.d.pool();
     if (!pool) return null;
     for (let failures = 0; ; ) {
@@ -118,10 +120,16 @@ export class AttachedRuns {
           this.d.controller.untrack(key, err);
           throw err;
         }
+        this.d.controller.untrack(key);
+        // Failed as this process saw it (no answer in time, the attach cut), yet the program may have
+        // started: then it is followed there, never started again elsewhere.
+        if (await this.programStarted(podName)) {
+          this.d.log.warn({ execution_id: spec.executionId, job: jobName, err: String(err) }, 'the hand-over failed after the program started in the warm pod; following it there');
+          return claim.job;
+        }
         failures++;
         const next = afterHandOverFailure('warm', failures);
         this.d.log.warn({ execution_id: spec.executionId, job: jobName, err: String(err), failures, next }, 'could not hand the program to a warm pod; trying again');
-        this.d.controller.untrack(key);
         pool.noteHandOverRetry(spec.jobType.name);
         await this.d.api.deleteJob(this.ns, jobName, claim.job.metadata?.uid).catch(() => undefined);
         if (next !== 'warm') return null;
@@ -242,10 +250,24 @@ export class AttachedRuns {
     this.d.controller.delivered(key, this.d.clock.now(), since);
   }
 
+  /**
+   * Whether the program started in `podName` after all (deliver.py holds the pod's claim). Takes the
+   * claim for `fence` otherwise, so that no go line can follow: an attempt that gives a pod up after
+   * a failed hand-over must know nothing can start there. False when the pod cannot be asked.
+   */
+  private async programStarted(podName: string): Promise<boolean> {
+    if (!podName) return false;
+    const r = await this.d.api.exec(this.ns, podName, CONTAINERS.collector, FENCE_COMMAND, { timeoutMs: FENCE_TIMEOUT_MS }).catch(() => null);
+    return r?.exitCode === 17;
+  }
+
   /** The program never reached the cold pod: the attempt fails (the service retries it) and its Job goes. */
-  private async failColdHandOver(spec: RunSpec, key: string, jobUid: string, err: unknown): Promise<void> {
+  private async failColdHandOver(spec: RunSpec, key: string, jobUid: string, err: unknown, podName = ''): Promise<void> {
     this.d.log.warn({ execution_id: spec.executionId, err: String(err), next: afterHandOverFailure('cold-attach', 1) }, 'could not hand the program to the run pod');
     this.d.controller.untrack(key, err instanceof Error ? err : new Error(String(err)));
+    // It started after all (the hand-over's answer was lost or late): the Job stays, and the retry
+    // finds it (earlierJob) and follows it.
+    if (await this.programStarted(podName)) return;
     // By uid: the service's retry creates a Job of the same name, which this must never hit.
     await this.d.api.deleteJob(this.ns, jobNameFor(spec.executionId), jobUid || undefined).catch(() => undefined);
   }
@@ -298,7 +320,7 @@ export class AttachedRuns {
               refusedSince ??= now;
               if (this.d.clock.now() - refusedSince < REFUSED_WHILE_RUNNING_MS) continue;
             }
-            return await this.failColdHandOver(spec, key, jobUid, err);
+            return await this.failColdHandOver(spec, key, jobUid, err, pod!.metadata!.name!);
           }
         }
         // Until the pod changes, the next attempt is due, or (to notice the run settling) 100 ms.
