@@ -335,8 +335,7 @@ export class RunController {
         run.state.podGoneAt = action.at;
         return false;
       case 'deleteJob':
-        // By uid once known: the Job's name is the execution's, and after a takeover the new holder's
-        // Job of that name must never be hit by this process's stale attempt.
+        // By uid once known: after a takeover, the new holder's Job of the same name is not ours to hit.
         await this.opts.api.deleteJob(ns, run.state.jobName, run.jobUid || undefined);
         run.state.jobDeleted = true;
         return false;
