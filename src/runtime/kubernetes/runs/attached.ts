@@ -202,12 +202,8 @@ export class AttachedRuns {
     // Tried before the status says running: the kubelet reports a start late, and a stale holder's
     // early attach (deliverWhenRunning) reaches the container runtime directly.
     if (!state?.terminated && pod.spec?.nodeName) {
-      const fenced = await this.d.api
-        .exec(this.ns, pod.metadata.name, CONTAINERS.collector, FENCE_COMMAND, { timeoutMs: FENCE_TIMEOUT_MS })
-        .then((r) => r.exitCode)
-        .catch(() => null);
-      if (fenced === 0) return false;
-      if (fenced === 17) return true;
+      const claim = await this.fence(pod.metadata.name);
+      if (claim !== null) return claim === 'started';
     }
     const log = await this.d.api.podLogTail(this.ns, pod.metadata.name, CONTAINERS.collector, 200);
     return /^execution$/m.test(log);
@@ -251,14 +247,23 @@ export class AttachedRuns {
   }
 
   /**
-   * Whether the program started in `podName` after all (deliver.py holds the pod's claim). Takes the
-   * claim for `fence` otherwise, so that no go line can follow: an attempt that gives a pod up after
-   * a failed hand-over must know nothing can start there. False when the pod cannot be asked.
+   * Takes `podName`'s claim for `fence` (FENCE_COMMAND) unless deliver.py holds it: `fenced`, no
+   * program will ever start there; `started`, deliver.py has it (the program runs, or ran); null when
+   * the pod cannot be asked or keeps no claim (an older pod).
+   */
+  private async fence(podName: string): Promise<'fenced' | 'started' | null> {
+    if (!podName) return null;
+    const r = await this.d.api.exec(this.ns, podName, CONTAINERS.collector, FENCE_COMMAND, { timeoutMs: FENCE_TIMEOUT_MS }).catch(() => null);
+    return r?.exitCode === 0 ? 'fenced' : r?.exitCode === 17 ? 'started' : null;
+  }
+
+  /**
+   * Whether the program started in `podName` after all, asked of its claim ({@link fence}), which is
+   * fenced otherwise: an attempt that gives a pod up after a failed hand-over must know nothing can
+   * start there. False when the pod cannot be asked.
    */
   private async programStarted(podName: string): Promise<boolean> {
-    if (!podName) return false;
-    const r = await this.d.api.exec(this.ns, podName, CONTAINERS.collector, FENCE_COMMAND, { timeoutMs: FENCE_TIMEOUT_MS }).catch(() => null);
-    return r?.exitCode === 17;
+    return (await this.fence(podName)) === 'started';
   }
 
   /** The program never reached the cold pod: the attempt fails (the service retries it) and its Job goes. */
