@@ -12,7 +12,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { JobType } from '../../../src/jobtypes/job-type.ts';
 import { POOL_LABELS, coldAttachJob } from '../../../src/runtime/kubernetes/pool/pool-plan.ts';
 import type { KubeApi } from '../../../src/kube/index.ts';
-import { LABELS } from '../../../src/runtime/kubernetes/names.ts';
+import { FENCE_COMMAND, LABELS } from '../../../src/runtime/kubernetes/names.ts';
 import { handOverPayload } from '../../../src/runtime/kubernetes/runs/hand-over.ts';
 import { FencedError, RunGoneError, type Runtime } from '../../../src/runtime/runtime.ts';
 import { DELIVER_PATH, RUNNER_PATH } from '../../../src/sandbox/paths.ts';
@@ -54,6 +54,12 @@ const readyIdle = () =>
  * before its cache caught up would miss and start cold (on a loaded machine that lag is seconds).
  */
 const poolReady = () => readyIdle().length === 2 && (runtimes.at(-1)?.warmPoolStats!().find((x) => x.job_type === 'default')?.ready ?? 0) >= 2;
+
+/** The next `n` fence execs (FENCE_COMMAND) fail as an exec on a starved node does: no answer from the claim. */
+function failFences(n: number): void {
+  let left = n;
+  fake.onExec((call) => (call.command.join(' ') === FENCE_COMMAND.join(' ') && left-- > 0 ? { exitCode: 1, stderr: 'error: unable to upgrade connection' } : undefined));
+}
 
 beforeEach(async () => {
   fake = await FakeKube.start({ runWarmPods: true, schedulePods: true });
@@ -405,7 +411,11 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     expect(raw.stdout).toBe('adopted after hand-over\n');
   });
 
-  it('adoption while a stale holder\'s hand-over is in flight (its runner not up yet): the new holder fences the pod, and the program never runs there', async () => {
+  it.each([
+    ['', 0],
+    [', its fence exec failing at first (a starved kubelet): asked again, not taken for "never reached"', 3],
+    [', its pod not in the new holder\'s cache yet (a lagging watch): the API server asked', 0, true],
+  ])('adoption while a stale holder\'s hand-over is in flight (its runner not up yet): the new holder fences the pod, and the program never runs there%s', async (_what, fenceFailures, lagging = false) => {
     // A holder that stalled (or died) with the program on its way: the collector has it, main's
     // runner is not listening yet. The log says nothing of a start, as for a pod never reached; only
     // the claim tells them apart. The new holder fences the pod; should the pod outlive that (its
@@ -418,6 +428,7 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     const stale = spec({ code: `open(${JSON.stringify(ran)}, "w").write("x")\nprint("ran")` });
     const cfg = testConfig({ kubernetes: { executor_image: 'sandpod/executor:test', deadline_grace_seconds: 5 } });
     const job = coldAttachJob(stale, cfg, { name: `sp-${stale.executionId}`, runtimeClassName: 'gvisor', runnerSource, deliverSource: readFileSync(DELIVER_PATH, 'utf8'), graceSec: 5 });
+    if (lagging) fake.holdEvents();
     await api.createJob(job);
     const podName = () => fake.list('pods', NS).find((p) => p.metadata.labels?.[LABELS.executionId] === stale.executionId)?.metadata.name;
     await fake.waitFor(() => !!podName() && fake.list('pods', NS).some((p) => p.metadata.name === podName() && p.status?.containerStatuses?.some((c: { name: string; state?: { running?: unknown } }) => c.name === 'collector' && c.state?.running)), 5000, 'the collector running');
@@ -428,6 +439,7 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     await fake.waitFor(() => existsSync(path.join(path.dirname(fake.outputDir(pod)), 'code', 'main.py')), 5000, 'the program written by the collector');
     // The new holder's delete of the Job fails (the pod outlives the adoption).
     fake.failNext(new RegExp(`/jobs/sp-${stale.executionId}$`), 500, 10, 'DELETE');
+    failFences(fenceFailures);
     await expect(second.run(stale, { adopt: true })).rejects.toBeInstanceOf(RunGoneError);
     expect(readlinkSync(path.join(path.dirname(fake.outputDir(pod)), 'control', 'claim'))).toBe('fence');
     // The runner comes up; the collector, finding the claim taken, sends no go line: nothing runs.
@@ -436,6 +448,7 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     expect(fake.logOf(pod, 'main')).toBe('');
     attach.close();
     fake.mainStartDelayMs = 0;
+    fake.releaseEvents();
   });
 
   it('a stale attempt (its process was taken over) that finds the new holder\'s Job, its program not handed over yet, leaves it alone', async () => {
@@ -483,7 +496,11 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     expect(fake.list('jobs', NS).filter((j) => j.metadata.labels?.[LABELS.executionId] === s.executionId)).toHaveLength(1);
   });
 
-  it('a warm hand-over that fails after its bytes went (no answer in time) never runs the program twice: the pod is followed when it started, fenced when not', async () => {
+  it.each([
+    ['', 0],
+    [', with its fence exec failing at first', 2],
+  ])('a warm hand-over that fails after its bytes went (no answer in time) never runs the program twice: the pod is followed when it started, fenced when not%s', async (_what, fenceFailures) => {
+    failFences(fenceFailures);
     const rt = await startRuntime(fake, {
       config: testConfig({ kubernetes: { executor_image: 'sandpod/executor:test', deadline_grace_seconds: 5, preflight: false, warm_pool_size: 2, cold_start: 'attach' } }),
       options: { runnerSource, jobTypes: () => types, tuning: { podGoneGraceMs: 150, execTimeoutMs: 5000, informerBackoffInitialMs: 20, informerBackoffMaxMs: 200, healthCacheMs: 0, poolIntervalMs: 50, handOverTimeoutMs: 1 } },

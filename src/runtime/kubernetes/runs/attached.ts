@@ -34,6 +34,18 @@ const HAND_OVER_TIMEOUT_MS = 30_000;
 const REFUSED_WHILE_RUNNING_MS = 3000;
 /** How long the exec that fences a pod may take (an interpreter start in the sandbox), ms. */
 const FENCE_TIMEOUT_MS = 15_000;
+/** How long a fence whose exec failed is tried again while the pod's collector runs, and how often, ms. */
+const FENCE_RETRY_MS = 30_000;
+const FENCE_RETRY_INTERVAL_MS = 500;
+/** How long a collector the kubelet says has not started must keep saying so to be believed, ms. */
+const WAITING_BELIEVED_MS = 5000;
+
+/**
+ * What a pod's claim says of its program: `started` (deliver.py took the claim: it runs, or ran),
+ * `never` (fenced, or its collector ended or is not running, or the pod is gone: no program can start
+ * there any more), `unknown` (no answer came: see {@link AttachedRuns.claimOf}).
+ */
+export type ClaimAnswer = 'started' | 'never' | 'unknown';
 
 /** What the attach paths need from the runtime. */
 export interface AttachedRunsDeps {
@@ -123,8 +135,9 @@ export class AttachedRuns {
         this.d.controller.untrack(key);
         // Failed as this process saw it (no answer in time, the attach cut), yet the program may have
         // started: then it is followed there, never started again elsewhere.
-        if (await this.programStarted(podName)) {
-          this.d.log.warn({ execution_id: spec.executionId, job: jobName, err: String(err) }, 'the hand-over failed after the program started in the warm pod; following it there');
+        const claimed = await this.claimOf(podName, spec.executionId);
+        if (claimed !== 'never') {
+          this.d.log.warn({ execution_id: spec.executionId, job: jobName, err: String(err), claim: claimed }, 'the hand-over failed but the program started in the warm pod (or may have); following it there');
           return claim.job;
         }
         failures++;
@@ -184,29 +197,22 @@ export class AttachedRuns {
   /**
    * For adoption: whether the program of a Job whose program goes by attach was handed over; false
    * means no program ever runs in its pod. Null for a Job whose program came in a Secret; false
-   * when its pod is not there (yet) or its collector ended before the program came (deliver.py's
-   * exit 3 or 4). While the collector runs, the hand-over of the process that held the run may still
-   * be in flight (it stalled, or died with its bytes on the way, or the runner is not up yet): the
-   * claim decides (deliver.py `--claim`), taken here by exec for `fence` unless deliver.py took it to
-   * send the go line. Where that cannot be learnt (an older pod, a collector not running yet), the
-   * collector's log says whether the runner reported `execution`.
+   * when its pod is not there (in the cache, nor when the API server is asked: a loaded watch lags).
+   * Otherwise the pod's claim decides ({@link claimOf}): the hand-over of the process that held the
+   * run may still be in flight (it stalled, or died with its bytes on the way, or the runner is not up
+   * yet), and the claim is taken for `fence` here unless deliver.py took it to send the go line. With
+   * no answer, the pod is followed: a run that ends without its program is a failure the client sees,
+   * a program run twice is not.
    */
-  async handedOver(job: V1Job): Promise<boolean | null> {
+  async handedOver(job: V1Job, executionId: string): Promise<boolean | null> {
     const collector = job.spec?.template.spec?.containers.find((c) => c.name === CONTAINERS.collector);
     if (!collector?.stdin) return null;
     const uid = job.metadata?.uid;
-    const pod = this.d.controller.pods.list().find((p) => !!uid && p.metadata?.ownerReferences?.some((r) => r.uid === uid));
-    if (!pod?.metadata?.name) return false;
-    const state = pod.status?.containerStatuses?.find((s) => s.name === CONTAINERS.collector)?.state;
-    if (state?.terminated && (state.terminated.exitCode === 3 || state.terminated.exitCode === 4)) return false;
-    // Tried before the status says running: the kubelet reports a start late, and a stale holder's
-    // early attach (deliverWhenRunning) reaches the container runtime directly.
-    if (!state?.terminated && pod.spec?.nodeName) {
-      const claim = await this.fence(pod.metadata.name);
-      if (claim !== null) return claim === 'started';
-    }
-    const log = await this.d.api.podLogTail(this.ns, pod.metadata.name, CONTAINERS.collector, 200);
-    return /^execution$/m.test(log);
+    if (!uid) return false;
+    const cached = this.d.controller.pods.list().find((p) => p.metadata?.ownerReferences?.some((r) => r.uid === uid));
+    const podName = cached?.metadata?.name ?? (await this.d.api.listPods(this.ns, `controller-uid=${uid}`)).items[0]?.metadata?.name;
+    if (!podName) return false;
+    return (await this.claimOf(podName, executionId, !collector.command?.includes('--claim'))) !== 'never';
   }
 
   /** Starts driving a run whose program goes by attach. */
@@ -247,23 +253,55 @@ export class AttachedRuns {
   }
 
   /**
+   * Whether a program started in `podName`, or never will, asked of its claim ({@link fence}). The
+   * exec can fail without saying either (a starved kubelet or node, a container between states), and
+   * taking that for "never" let a program run in two pods: the pod's collector, holding the bytes,
+   * took the claim a moment later. So while the API server says the collector runs it is asked again
+   * for up to {@link FENCE_RETRY_MS}; a collector not started (nothing could be handed to it; see
+   * {@link WAITING_BELIEVED_MS}) or a pod gone says `never`; a collector that ended says by its exit
+   * code (3, 4: the program never came) or by its log (the runner's `execution` line). `legacy`: a
+   * pod that keeps no claim, asked by its log alone.
+   */
+  async claimOf(podName: string, executionId: string, legacy = false): Promise<ClaimAnswer> {
+    if (!podName) return 'never';
+    const until = this.d.clock.now() + FENCE_RETRY_MS;
+    let waitingSince: number | null = null;
+    for (let tries = 1; ; tries++) {
+      const claim = legacy ? null : await this.fence(podName);
+      if (claim) return claim === 'fenced' ? 'never' : 'started';
+      const pod = await this.d.api.getPod(this.ns, podName).catch(() => undefined);
+      // A pod being deleted is asked all the same: its collector may take the claim in its grace.
+      if (pod === null) return 'never';
+      const state = pod?.status?.containerStatuses?.find((c) => c.name === CONTAINERS.collector)?.state;
+      if (pod && !pod.spec?.nodeName) return 'never';
+      if (pod && !state?.running && !state?.terminated) {
+        // Not started, as the kubelet says; it says so late (a status sync after the start), and an
+        // early attach reaches the container runtime first: believed once it has said so for a while.
+        waitingSince ??= this.d.clock.now();
+        if (this.d.clock.now() - waitingSince >= WAITING_BELIEVED_MS) return 'never';
+      } else waitingSince = null;
+      if (state?.terminated?.exitCode === 3 || state?.terminated?.exitCode === 4) return 'never';
+      if (legacy || state?.terminated) {
+        const log = await this.d.api.podLogTail(this.ns, podName, CONTAINERS.collector, 200).catch(() => null);
+        if (log !== null) return /^execution$/m.test(log) ? 'started' : 'never';
+      }
+      if (this.d.clock.now() >= until) {
+        this.d.log.warn({ execution_id: executionId, pod: podName, tries }, 'could not learn whether the program started in its pod; following the pod rather than starting it elsewhere');
+        return 'unknown';
+      }
+      await new Promise((r) => setTimeout(r, FENCE_RETRY_INTERVAL_MS));
+    }
+  }
+
+  /**
    * Takes `podName`'s claim for `fence` (FENCE_COMMAND) unless deliver.py holds it: `fenced`, no
    * program will ever start there; `started`, deliver.py has it (the program runs, or ran); null when
-   * the pod cannot be asked or keeps no claim (an older pod).
+   * the pod could not be asked (the exec failed) or keeps no claim (an older pod).
    */
   private async fence(podName: string): Promise<'fenced' | 'started' | null> {
     if (!podName) return null;
     const r = await this.d.api.exec(this.ns, podName, CONTAINERS.collector, FENCE_COMMAND, { timeoutMs: FENCE_TIMEOUT_MS }).catch(() => null);
     return r?.exitCode === 0 ? 'fenced' : r?.exitCode === 17 ? 'started' : null;
-  }
-
-  /**
-   * Whether the program started in `podName` after all, asked of its claim ({@link fence}), which is
-   * fenced otherwise: an attempt that gives a pod up after a failed hand-over must know nothing can
-   * start there. False when the pod cannot be asked.
-   */
-  private async programStarted(podName: string): Promise<boolean> {
-    return (await this.fence(podName)) === 'started';
   }
 
   /** The program never reached the cold pod: the attempt fails (the service retries it) and its Job goes. */
@@ -272,7 +310,11 @@ export class AttachedRuns {
     this.d.controller.untrack(key, err instanceof Error ? err : new Error(String(err)));
     // It started after all (the hand-over's answer was lost or late): the Job stays, and the retry
     // finds it (earlierJob) and follows it.
-    if (await this.programStarted(podName)) return;
+    const claimed = await this.claimOf(podName, spec.executionId);
+    if (claimed !== 'never') {
+      this.d.log.warn({ execution_id: spec.executionId, pod: podName, claim: claimed }, 'the hand-over failed but the program started in the run pod (or may have); its Job stays for the retry to follow');
+      return;
+    }
     // By uid: the service's retry creates a Job of the same name, which this must never hit.
     await this.d.api.deleteJob(this.ns, jobNameFor(spec.executionId), jobUid || undefined).catch(() => undefined);
   }
@@ -302,7 +344,7 @@ export class AttachedRuns {
         // A collector that ended before the hand-over can take no program any more (deliver.py exits 3
         // when its stdin closed before a byte came): the attempt fails now, not at the startup limit.
         const collectorEnd = status(CONTAINERS.collector)?.state?.terminated;
-        if (collectorEnd && !settled()) return await this.failColdHandOver(spec, key, jobUid, new HandOverError(`the program never reached the run pod: its collector ended first (exit code ${collectorEnd.exitCode}${collectorEnd.exitCode === 3 ? ': its stdin closed before the program came' : ''})`));
+        if (collectorEnd && !settled()) return await this.failColdHandOver(spec, key, jobUid, new HandOverError(`the program never reached the run pod: its collector ended first (exit code ${collectorEnd.exitCode}${collectorEnd.exitCode === 3 ? ': its stdin closed before the program came' : ''})`), pod?.metadata?.name ?? '');
         if (status(CONTAINERS.main)?.state?.terminated || collectorEnd) return;
         const usable = !!pod?.metadata?.name && !pod.metadata.deletionTimestamp;
         const running = usable && !!status(CONTAINERS.collector)?.state?.running;

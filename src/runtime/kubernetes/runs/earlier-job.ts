@@ -61,7 +61,7 @@ export async function earlierJob(d: EarlierJobDeps, executionId: string, key: st
   // attempt (this process was taken over and does not know yet) that retried would find the new
   // holder's Job of this execution and, its program not handed over yet, remove it.
   await held();
-  if ((await d.attached.handedOver(job)) === false) {
+  if ((await d.attached.handedOver(job, executionId)) === false) {
     const name = job.metadata?.name ?? jobName;
     await d.api.deleteJob(d.ns, name, job.metadata?.uid).catch(() => undefined);
     const why = `the program of execution ${executionId} never reached the pod of Job ${name}`;
