@@ -273,7 +273,8 @@ export class Running {
       // Nothing to re-attach to says nothing about the engine: a restart adopting many lost runs must
       // not open the circuit for everyone.
       isNeutral: (err) => err instanceof RunGoneError || err instanceof FencedError || err instanceof LeftRunningError,
-      retryable: () => !signal.aborted,
+      // Never once the program started: a retry would run it a second time.
+      retryable: () => !signal.aborted && !progress.userCodeStarted,
       onRetry: (n, err, delay) => log.warn({ attempt: n, delay_ms: delay, err: errorMessage(err) }, 'engine failure; retrying'),
     });
     if (res.kind === 'ok') return { kind: 'ran', raw: res.value, attempts: res.attempts };

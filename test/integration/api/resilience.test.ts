@@ -12,6 +12,7 @@ type J = Record<string, any>;
 describe('circuit breaker, retries and the dead letter queue', () => {
   let svc: TestService;
   let failing = false;
+  let failAfterRun = false;
   let calls = 0;
   let offset = 0;
   beforeAll(async () => {
@@ -24,6 +25,8 @@ describe('circuit breaker, retries and the dead letter queue', () => {
           return withRun(r, (spec, opts) => {
             calls++;
             if (failing) return Promise.reject(Object.assign(new Error('connect ECONNREFUSED /run/engine.sock'), { code: 'ECONNREFUSED' }));
+            // The program runs, then the engine call fails (a lost stream, say): retrying would run it again.
+            if (failAfterRun) return r.run(spec, opts).then(() => Promise.reject(new Error('the stream to the sandbox broke')));
             return r.run(spec, opts);
           });
         },
@@ -55,6 +58,21 @@ describe('circuit breaker, retries and the dead letter queue', () => {
     expect(entry.error_message).toContain('ECONNREFUSED');
     expect(Number.isInteger(entry.id)).toBe(true);
     expect(entry.created_at).toMatch(/Z$/);
+  });
+
+  it('an engine failure after the program started is not retried (a retry would run it again): one call, and the job fails internal_error', async () => {
+    failing = false;
+    failAfterRun = true;
+    calls = 0;
+    try {
+      const res = await svc.post('/execute', { code: 'print(1)' });
+      const body = (await res.json()) as J;
+      expect(body).toMatchObject({ success: false, error: { type: 'internal_error' } });
+      expect(body.error.message).toContain('the stream to the sandbox broke');
+      expect(calls).toBe(1);
+    } finally {
+      failAfterRun = false;
+    }
   });
 
   it('opens after 5 consecutive failures: health degraded, runs end at once with service_unavailable', async () => {
