@@ -120,9 +120,19 @@ describe.skipIf(!RELEASE_READY)('three replicas on a real cluster (needs the cha
     }
     const ours = new Set(rows.map((r) => String(r.id)));
     const doubled = [...podsByExecution].filter(([id]) => ours.has(id)).map(([id, pods]) => [id, [...pods].filter((uid) => !neverDelivered.has(uid))] as const).filter(([, pods]) => pods.length > 1);
+    if (doubled.length > 0) await printReplicaLines(doubled.map(([id]) => id));
     expect(doubled).toEqual([]);
     const retried = [...podsByExecution].filter(([id, pods]) => ours.has(id) && [...pods].some((uid) => neverDelivered.has(uid)));
     if (retried.length > 0) console.log(`runs with a pod the program never reached (a failed hand-over), run again in a new pod: ${retried.length}`);
+  }
+
+  /** The replicas' log lines about `ids` (which path started each pod), for a run that went wrong. */
+  async function printReplicaLines(ids: string[]): Promise<void> {
+    for (const p of await apiPods()) {
+      const log = String(await rel.core.readNamespacedPodLog({ namespace: rel.ns, name: p.metadata!.name!, container: p.spec!.containers[0]!.name }).catch((e: unknown) => `(no log: ${String(e)})`));
+      const lines = log.split('\n').filter((l) => ids.some((id) => l.includes(id)));
+      console.log(`${p.metadata!.name}: ${lines.length} lines about ${ids.join(', ')}\n${lines.join('\n')}`);
+    }
   }
 
   beforeAll(async () => {
