@@ -3,6 +3,7 @@
  * drain; images that cannot silently change (pull Always for tags, IfNotPresent only when pinned by
  * digest).
  */
+import { execFileSync, spawn } from 'node:child_process';
 import { beforeAll, expect, it } from 'vitest';
 import YAML from 'yaml';
 import { TOOL_BUILD_TIMEOUT_MS, describeRendered, one, prepareRenderer, render, renderOk, validateBuiltin, withDb, type Manifest } from '../../support/chart.ts';
@@ -14,15 +15,24 @@ const api = (docs: Manifest[]) => one(docs, 'Deployment', 'sandpod').spec.templa
 const pullPolicyOfRuns = (docs: Manifest[]) => (YAML.parse(one(docs, 'ConfigMap').data['config.yaml']) as { kubernetes: { image_pull_policy: string } }).kubernetes.image_pull_policy;
 
 describeRendered('preStop and grace', () => {
-  it('the API container steps down (SIGUSR2 to the service) and pauses preStopSleepSeconds (with node: no shell tools needed) before SIGTERM', async () => {
+  it('the API container steps down (SIGUSR2 to the service) and pauses preStopSleepSeconds (a shell: a node start took seconds on a loaded node) before SIGTERM', async () => {
     const docs = renderOk(withDb());
     const c = api(docs).containers[0];
-    expect(c.lifecycle.preStop.exec.command).toEqual(['node', '-e', "try { process.kill(1, 'SIGUSR2') } catch {} setTimeout(() => {}, 5000)"]);
-    // The hook's script is valid JavaScript for the node that runs it.
-    expect(() => new Function(c.lifecycle.preStop.exec.command[2])).not.toThrow();
+    expect(c.lifecycle.preStop.exec.command).toEqual(['/bin/sh', '-c', 'kill -USR2 1; sleep 5']);
     expect(await validateBuiltin(one(docs, 'Deployment', 'sandpod'))).toBeNull();
     const longer = api(renderOk(withDb('--set', 'preStopSleepSeconds=12', '--set', 'config.shutdown_grace_seconds=60')));
-    expect(longer.containers[0].lifecycle.preStop.exec.command[2]).toBe("try { process.kill(1, 'SIGUSR2') } catch {} setTimeout(() => {}, 12000)");
+    const script = longer.containers[0].lifecycle.preStop.exec.command[2] as string;
+    expect(script).toBe('kill -USR2 1; sleep 12');
+    // Run for real by a shell, against a process standing for PID 1: it gets SIGUSR2, and the hook pauses.
+    const target = spawn('node', ['-e', "process.on('SIGUSR2', () => { console.log('stepped down'); process.exit(0) }); setInterval(() => {}, 1000)"], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    target.stdout.on('data', (b: Buffer) => (out += b.toString()));
+    await new Promise((r) => setTimeout(r, 300));
+    const t0 = Date.now();
+    execFileSync('/bin/sh', ['-c', script.replace('kill -USR2 1', `kill -USR2 ${target.pid}`).replace('sleep 12', 'sleep 1')]);
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(900);
+    await new Promise<void>((r) => (target.exitCode !== null ? r() : target.on('exit', () => r())));
+    expect(out).toBe('stepped down\n');
     // The grace period runs from the preStop hook: pause + drain + margin.
     expect(longer.terminationGracePeriodSeconds).toBe(12 + 60 + 15);
   });
