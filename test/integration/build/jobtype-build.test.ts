@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freshDatabase, unmountUnder, type TestDatabase } from '../../support/db.ts';
 import { startTestService, type TestService } from '../../support/service.ts';
 import { buildWheels } from '../../support/wheel.ts';
+import { serveWheelIndex, type WheelIndex } from '../../support/wheel-index.ts';
 import { FileJobTypeRegistry } from '../../../src/jobtypes/job-type.ts';
 import { getBuild, insertBuilding } from '../../../src/store/builds.repository.ts';
 
@@ -284,9 +285,12 @@ describe('two replicas on one database build once', () => {
   let a: TestService;
   let b: TestService;
   let wsB: string;
+  let index: WheelIndex;
   beforeAll(async () => {
-    const wheelDir = wheels(['1.0.0']);
-    const config = { job_types: [{ name: 'rep', requirements: ['sandpod-bt==1.0.0'] }], pip: { find_links: [wheelDir], no_index: true } };
+    // The wheel downloads wait for the test: the build cannot finish before both replicas have asked
+    // for it, however slowly either request arrives.
+    index = await serveWheelIndex(wheels(['1.0.0']), { gated: true });
+    const config = { job_types: [{ name: 'rep', requirements: ['sandpod-bt==1.0.0'] }], pip: { find_links: [index.url], no_index: true } };
     a = await startTestService(config);
     wsB = mkdtempSync(path.join(tmpdir(), 'sandpod-ws-'));
     chmodSync(wsB, 0o755);
@@ -294,16 +298,26 @@ describe('two replicas on one database build once', () => {
     b = await startTestService(config, { db: { ...a.db, destroy: async () => {} } }, { ...a.database, workspace: wsB, drop: async () => unmountUnder(wsB) });
   }, 120_000);
   afterAll(async () => {
+    await index?.close();
     await b?.close();
     await a?.close();
   });
 
   it('concurrent builds on both answer with the same build; each replica has the environment', async () => {
-    const [x, y] = await Promise.all([json(a.post('/job-types/rep/build')), json(b.post('/job-types/rep/build'))]);
+    const before = ((await json(a.get('/job-types/rep/builds'))).body as J[]).length;
+    const started = await Promise.all([json(a.post('/job-types/rep/build?wait=false')), json(b.post('/job-types/rep/build?wait=false'))]);
+    expect(started.map((r) => r.status), JSON.stringify(started.map((r) => r.body))).toEqual([202, 202]);
+    expect(started[1]!.body.id).toBe(started[0]!.body.id);
+    // Waiting requests on either replica join that build; the downloads go through a second later.
+    const waiting = Promise.all([json(a.post('/job-types/rep/build')), json(b.post('/job-types/rep/build'))]);
+    setTimeout(() => index.open(), 1000);
+    const [x, y] = await waiting;
     expect([x.status, y.status], JSON.stringify([x.body, y.body])).toEqual([200, 200]);
+    expect(x.body.id).toBe(started[0]!.body.id);
+    expect(index.paths().filter((p) => p.endsWith('.whl')).length).toBeGreaterThan(0);
     expect(y.body.id).toBe(x.body.id);
     expect(y.body.digest).toBe(x.body.digest);
-    expect(((await json(a.get('/job-types/rep/builds'))).body as J[]).length).toBe(1);
+    expect(((await json(a.get('/job-types/rep/builds'))).body as J[]).length - before).toBe(1);
     // B shows the build and runs in it without installing.
     expect((await json(b.get('/job-types/rep'))).body).toMatchObject({ image_exists: true, digest: x.body.digest });
     const envsB = readdirSync(path.join(wsB, 'sandbox'), { recursive: true }).map(String).filter((p) => p.endsWith(x.body.digest));

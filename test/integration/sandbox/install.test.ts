@@ -5,8 +5,7 @@
  * run would pick up. And a normal install, from a directory or from an HTTP index named by a
  * loopback address, still works.
  */
-import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
-import http from 'node:http';
+import { mkdtempSync, readFileSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -17,6 +16,7 @@ import { createLocalRuntime, type LocalRuntime } from '../../../src/runtime/loca
 import type { RunSpec } from '../../../src/runtime/runtime.ts';
 import { describeEachEngine } from '../../support/engines.ts';
 import { buildSdists, buildWheels } from '../../support/wheel.ts';
+import { serveWheelIndex, type WheelIndex } from '../../support/wheel-index.ts';
 
 const PG_PORT = 5432;
 
@@ -29,23 +29,6 @@ async function listen(): Promise<{ port: number; connections: () => number; clos
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   return { port: (server.address() as net.AddressInfo).port, connections: () => n, close: () => new Promise((r) => server.close(() => r())) };
-}
-
-/** A find-links page over HTTP on the host's loopback: `/` lists the files of `dir`, each served as is. */
-async function serveIndex(dir: string): Promise<{ port: number; paths: () => string[]; close: () => Promise<void> }> {
-  const paths: string[] = [];
-  const server = http.createServer((req, res) => {
-    paths.push(req.url ?? '');
-    const files = readdirSync(dir);
-    const name = decodeURIComponent((req.url ?? '/').slice(1));
-    if (name === '') {
-      res.setHeader('Content-Type', 'text/html');
-      res.end(`<html><body>${files.map((f) => `<a href="${f}">${f}</a>`).join('\n')}</body></html>`);
-    } else if (files.includes(name)) res.end(readFileSync(path.join(dir, name)));
-    else res.writeHead(404).end();
-  });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  return { port: (server.address() as net.AddressInfo).port, paths: () => [...paths], close: () => new Promise((r) => server.close(() => r())) };
 }
 
 async function reachable(port: number): Promise<boolean> {
@@ -132,7 +115,7 @@ for d in dirs:
 describeEachEngine('install sandbox on %s', (engine: EngineName) => {
   let index: string;
   let listener: Awaited<ReturnType<typeof listen>>;
-  let web: Awaited<ReturnType<typeof serveIndex>>;
+  let web: WheelIndex;
   let pgUp = false;
   const runtimes: LocalRuntime[] = [];
 
@@ -151,7 +134,7 @@ describeEachEngine('install sandbox on %s', (engine: EngineName) => {
       ],
       index,
     );
-    web = await serveIndex(index);
+    web = await serveWheelIndex(index);
   });
   afterAll(async () => {
     for (const rt of runtimes) await rt.stop();
