@@ -301,11 +301,6 @@ class KubernetesRuntime implements Runtime {
     let adopted = await earlierJob(this.earlierDeps, spec.executionId, key, jobName, options.adopt ?? false, () => assertHeld(options, "removing an earlier attempt's Job"), options.earlierAttempts ?? false);
     // Adopting creates nothing but a missing Secret, whose contents do not depend on the RuntimeClass.
     const runtimeClassName = adopted ? await this.runtimeClass.forRun().catch(() => null) : await this.runtimeClass.forRun();
-    const { secret, job } = buildJob(spec, spec.jobType, this.config, {
-      runtimeClassName: runtimeClassName === false ? null : runtimeClassName,
-      runnerSource: this.runner(),
-      egressProxy: await this.egress.forJob(spec),
-    });
 
     if (adopted) {
       startedAt = toMs(adopted.metadata?.creationTimestamp) ?? startedAt;
@@ -324,6 +319,12 @@ class KubernetesRuntime implements Runtime {
       if (!adopted && !viaSecret && this.config.kubernetes.cold_start === 'attach' && poolable(spec.jobType, spec.requirements)) return this.attached.runColdAttach(spec, options, key, startedAt, runtimeClassName);
     }
 
+    // Built only now: a warm or cold-attach run needs neither (the runner's text is most of it).
+    const { secret, job } = buildJob(spec, spec.jobType, this.config, {
+      runtimeClassName: runtimeClassName === false ? null : runtimeClassName,
+      runnerSource: this.runner(),
+      egressProxy: await this.egress.forJob(spec),
+    });
     const trackedJobName = adopted?.metadata?.name ?? jobName;
     // Tracked before anything is created: the controller then hears of every event of the run's
     // objects, even a pod that comes and goes before the creates return.
