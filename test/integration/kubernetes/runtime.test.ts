@@ -363,7 +363,7 @@ describe('kubernetes runtime: start, health, config', () => {
     await r;
     const second = await startRuntime(fake, { options: { hooks: { liveExecutionIds: async () => new Set() } } });
     try {
-      await fake.waitFor(() => !fake.get('jobs', 'sandpod-jobs', jobNameFor(s.executionId)), 2000, 'orphan job deleted');
+      await fake.waitFor(() => !fake.get('jobs', 'sandpod-jobs', jobNameFor(s.executionId)), 10_000, 'orphan job deleted');
     } finally {
       await second.stop();
     }
