@@ -79,6 +79,26 @@ for name in ('bad', 'nosuchmod'):
     expect(atReady).toBe(true);
   });
 
+  it('freezes what the preload built, so collections walk only the program’s objects, and still finalizes the program’s own at exit', async () => {
+    mkdirSync('/tmp/sandpod-test', { recursive: true });
+    const lib = mkdtempSync(path.join('/tmp/sandpod-test', 'preload-many-'));
+    writeFileSync(path.join(lib, 'many.py'), 'HELD = [[i] for i in range(20000)]\n');
+    // A cycle with a finalizer, left for the exit: its __del__ writes a file the test reads.
+    const mark = path.join(lib, 'finalized');
+    const code = `
+import gc, many
+print(gc.get_freeze_count() >= 20000, len(gc.get_objects()) < 20000)
+class C:
+    def __del__(self):
+        open(${JSON.stringify(mark)}, 'w').write('yes')
+c = C(); c.self = c; del c
+`;
+    const r = await waitRun(code, ['--preload', 'many', '--python-path', lib]);
+    expect(r.status).toBe(0);
+    expect(r.stdout()).toBe('True True\n');
+    expect(readFileSync(mark, 'utf8')).toBe('yes');
+  });
+
   it('the program holds no more fds with --preload than without (the runner’s log fd is closed)', async () => {
     // The highest is the directory listdir reads (its number depends on what was closed before).
     const code = 'import os\nprint(sorted(int(f) for f in os.listdir("/proc/self/fd"))[:-1])\n';
