@@ -60,21 +60,41 @@ Afterwards the process is the pod's collector: it holds /output (read-only here)
 exec'd `tar` and exits 0 when the release file appears, when the line `release` comes on stdin
 (the service has the outputs), or on SIGTERM/SIGINT.
 """
+import _signal
+import _socket
+import _thread
 import io
-import json
 import os
 import select
-import signal
-import socket
 import struct
 import sys
-import tarfile  # imported at start, not on the run's path
 import time
 
-# The archive carries numeric owners only: no user or group name lookup per file (each reads
-# /etc/passwd or /etc/group again, milliseconds apiece under gVisor, before the run's `done`).
-tarfile.pwd = None
-tarfile.grp = None
+
+def _import_late():
+    """json (the header) and tarfile (the outputs) are imported on a thread of their own from the
+    start: under gVisor they cost ~40 and ~60 ms (re, shutil, bz2, lzma and the rest, each file a
+    round trip to the gofer), and in a cold pod this process starts just before its payload comes,
+    so imported in line they would delay the hand-over. The main thread meanwhile waits for stdin;
+    a use before the thread is done waits for the import (Python's module lock). socket and signal
+    are not imported at all (their C modules serve; the Python ones bring enum and selectors)."""
+    try:
+        import json  # noqa: F401
+        _tarfile()
+    except BaseException:  # noqa: B902 — the main thread's own import reports it, if it is used
+        pass
+
+
+def _tarfile():
+    import tarfile
+    # The archive carries numeric owners only: no user or group name lookup per file (each reads
+    # /etc/passwd or /etc/group again, milliseconds apiece under gVisor, before the run's `done`).
+    tarfile.pwd = None
+    tarfile.grp = None
+    return tarfile
+
+
+_thread.start_new_thread(_import_late, ())
 
 MAX_HEADER = 64 * 1024
 # Exit status when stdin ended before its first byte (see the module doc).
@@ -155,7 +175,7 @@ def take_claim(path):
 def connect(port, timeout):
     deadline = time.monotonic() + timeout
     while True:
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
         try:
             s.connect(('127.0.0.1', port))
             return s
@@ -196,6 +216,7 @@ def send_outputs(out_dir, control=None):
     ([(name, bytes)]) taken from memory instead of DIR; a failure is reported, never raised."""
     write_all(b'outputs\n')
     why = None
+    tarfile = _tarfile()
     try:
         with tarfile.open(fileobj=Frames(), mode='w|', format=tarfile.GNU_FORMAT, bufsize=64 * 1024) as tar:
             if control is None:
@@ -299,6 +320,7 @@ def deliver(opts):
         # The attach ended before a hand-over: nothing runs. Before its first byte: nothing ever can.
         return STDIN_GONE if rest is None else None
     try:
+        import json
         msg = json.loads(header)
         sizes = [int(msg['code']), int(msg['input'])]
         go = msg['go']
@@ -325,7 +347,7 @@ def deliver(opts):
         say('undelivered fenced: the run has a new holder, which took this pod before the program started')
         return FENCED
     try:
-        conn.sendall(json.dumps(go).encode() + b'\n')
+        conn.sendall(json.dumps(go).encode() + b'\n')  # json: imported for the header above
         relay(conn, opts['--output'])
     except OSError:
         pass
@@ -334,8 +356,8 @@ def deliver(opts):
 
 
 def main():
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
-    signal.signal(signal.SIGINT, lambda *_: os._exit(0))
+    _signal.signal(_signal.SIGTERM, lambda *_: os._exit(0))
+    _signal.signal(_signal.SIGINT, lambda *_: os._exit(0))
     opts = parse_args(sys.argv[1:])
     ended = deliver(opts)
     if ended == STDIN_GONE:
