@@ -46,7 +46,7 @@ const readyIdle = () =>
     const pod = fake.podOfJob(j.metadata.name);
     // Ready as the pool counts it: main running and its startup probe passed (the runner's ready port).
     const main = pod?.status?.containerStatuses?.find((c: { name: string }) => c.name === 'main');
-    return main?.state?.running && main.ready && !pod?.metadata.deletionTimestamp;
+    return main?.state?.running && main.started && !pod?.metadata.deletionTimestamp;
   });
 
 /**
@@ -110,6 +110,18 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     expect(stats.find((x) => x.job_type === 'default')).toMatchObject({ target: 2, hits: 1, misses: 0 });
     // The pool refills.
     await fake.waitFor(() => poolReady(), 20_000, 'refilled');
+  });
+
+  it('a pool pod is claimed once its startup probe passed, before the kubelet reports main ready (1.20: at its next sync, up to a minute later)', async () => {
+    fake.probeReadyLagMs = 60_000;
+    const rt = await start();
+    await fake.waitFor(() => poolReady(), 20_000, 'two pool pods past their startup probe');
+    // Past their probe and still not `ready` in their status: the pool went on `started`.
+    const mains = readyIdle().map((j) => fake.podOfJob(j.metadata.name)?.status?.containerStatuses?.find((c: { name: string }) => c.name === 'main'));
+    expect(mains.map((c) => [c?.started, c?.ready])).toEqual([[true, false], [true, false]]);
+    const raw = await rt.run(spec({ code: 'print(6 * 7)' }));
+    expect(raw.stdout).toBe('42\n');
+    expect(rt.warmPoolStats!().find((x) => x.job_type === 'default')).toMatchObject({ hits: 1, misses: 0 });
   });
 
   it('never reuses a pod: a file and an environment change of one run are not seen by the next', async () => {

@@ -42,7 +42,8 @@
  *   (`fieldRef: status.podIP` is the pod's IP, 127.0.0.1 here), and a `tcpSocket` startup probe of
  *   `main` runs as the kubelet runs it: `main` is `started: false, ready: false` until a TCP
  *   connection to the probed port (mapped, like the go port, to one of the pod's own) succeeds, tried
- *   every `probePeriodMs` (the probe's `periodSeconds`, scaled down);
+ *   every `probePeriodMs` (the probe's `periodSeconds`, scaled down); `ready` follows `started` after
+ *   `probeReadyLagMs` (a kubelet's next sync of the pod);
  * - update (PUT) with optimistic concurrency: a `resourceVersion` other than the stored one is 409
  *   Conflict, as the API server answers; JSON patch (RFC 6902 add/replace/remove), a patched
  *   `metadata.resourceVersion` being a precondition (409) as on the API server.
@@ -309,6 +310,12 @@ export class FakeKube {
   collectorEndLagMs = 0;
   /** Fault: `main`'s process in pods the fake runs starts this long after the collector's (a node slow to start it), ms. */
   mainStartDelayMs = 0;
+  /**
+   * How long after main's startup probe passed (`started: true`) its `ready` follows, ms. A kubelet
+   * sets `ready` at its next sync of the pod; Kubernetes 1.20 waited for the periodic one (up to a
+   * minute) when the probe passed after the containers' last start. 0: at once.
+   */
+  probeReadyLagMs = 0;
   /** Startup probe connections that succeeded (one per warm pod that became ready). */
   probeConnects = 0;
   /** Attaches refused because the container was not running (yet). */
@@ -1542,8 +1549,8 @@ export class FakeKube {
 
   /**
    * `main`'s `tcpSocket` startup probe, as the kubelet runs it: not started and not ready until a
-   * connection to `port` succeeds (then both, and the probe stops); tried every probePeriodMs while
-   * main runs.
+   * connection to `port` succeeds (then started, ready after probeReadyLagMs, and the probe stops);
+   * tried every probePeriodMs while main runs.
    */
   private runStartupProbe(podName: string, port: number): void {
     const mainOf = (p: KObj | undefined) => p?.status?.containerStatuses?.find((c: { name: string }) => c.name === 'main');
@@ -1556,7 +1563,11 @@ export class FakeKube {
       sock.once('connect', () => {
         sock.destroy();
         this.probeConnects++;
-        if (running()) this.updatePod(podName, (p) => Object.assign(mainOf(p) ?? {}, { started: true, ready: true }));
+        if (!running()) return;
+        // `started` at once; `ready` at the kubelet's next sync of the pod (probeReadyLagMs).
+        const lag = this.probeReadyLagMs;
+        this.updatePod(podName, (p) => Object.assign(mainOf(p) ?? {}, { started: true, ready: lag <= 0 }));
+        if (lag > 0) this.later(lag, () => running() && this.updatePod(podName, (p) => Object.assign(mainOf(p) ?? {}, { ready: true })));
       });
       sock.once('error', () => {
         sock.destroy();

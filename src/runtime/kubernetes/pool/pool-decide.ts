@@ -56,6 +56,11 @@ export interface PoolPlan {
   remove: { name: string; reason: RemoveReason }[];
 }
 
+/** Whether main passed its startup probe: `started`, or `ready` where a status has no `started` (a kubelet before 1.16). */
+function mainStarted(c: { started?: boolean; ready?: boolean } | undefined): boolean {
+  return c?.started ?? c?.ready !== false;
+}
+
 /** The pool member view of a Job and its pod (from the caches). */
 export function memberOf(job: V1Job, pod: V1Pod | undefined): PoolMember | null {
   const labels = job.metadata?.labels ?? {};
@@ -84,8 +89,11 @@ export function memberOf(job: V1Job, pod: V1Pod | undefined): PoolMember | null 
     jobType,
     specHash: labels[POOL_LABELS.specHash] ?? '',
     createdAt: toMs(job.metadata.creationTimestamp) ?? 0,
-    // `ready` of main: false until its startup probe reached the runner's ready port (READY_PORT).
-    ready: !!pod && !deleting && !podEnded && stuck === undefined && !!cs(CONTAINERS.main)?.state?.running && cs(CONTAINERS.main)?.ready !== false && !!cs(CONTAINERS.collector)?.state?.running,
+    // Ready once main's startup probe reached the runner's ready port (READY_PORT): the kubelet
+    // says so in main's `started` at once. Its `ready` follows only at the pod's next sync: Kubernetes
+    // 1.20 waited for the periodic one when the probe passed after the containers' last start (seen
+    // on kcluster: `started` 6 s after creation, `ready` 63 s later, for a pool pod preloading pandas).
+    ready: !!pod && !deleting && !podEnded && stuck === undefined && !!cs(CONTAINERS.main)?.state?.running && mainStarted(cs(CONTAINERS.main)) && !!cs(CONTAINERS.collector)?.state?.running,
     claimed: !!labels[LABELS.executionId],
     ...(claimedAt !== null ? { claimedAt } : {}),
     deleting,

@@ -90,6 +90,9 @@ describe('memberOf', () => {
   it.each([
     ['main and collector running: ready', pod({ running: {} }), { ready: true, failed: false }],
     ['main running, its startup probe not passed yet (the runner has no ready file): starting', { metadata: { name: 'p' }, status: { phase: 'Running', containerStatuses: [{ name: 'main', ready: false, started: false, state: { running: {} } }, { name: 'collector', ready: true, state: { running: {} } }] } } as never, { ready: false, failed: false }],
+    // Kubernetes 1.20 sets `started` when the probe passes and `ready` only at the pod's next sync (up to a minute later).
+    ['main started (its probe passed) but not yet `ready` in the status: ready', { metadata: { name: 'p' }, status: { phase: 'Running', containerStatuses: [{ name: 'main', ready: false, started: true, state: { running: {} } }, { name: 'collector', ready: true, started: true, state: { running: {} } }] } } as never, { ready: true, failed: false }],
+    ['a status without `started` (an old kubelet): its `ready` decides', { metadata: { name: 'p' }, status: { phase: 'Running', containerStatuses: [{ name: 'main', ready: false, state: { running: {} } }, { name: 'collector', ready: true, state: { running: {} } }] } } as never, { ready: false, failed: false }],
     ['still creating: starting, not failed', pod({ waiting: { reason: 'ContainerCreating' } }, { waiting: { reason: 'ContainerCreating' } }), { ready: false, failed: false }],
     ['ImagePullBackOff on main: failed at once, with why', pod({ waiting: { reason: 'ImagePullBackOff', message: 'Back-off pulling image "x"' } }), { ready: false, failed: true, failedWhy: 'main: ImagePullBackOff: Back-off pulling image "x"' }],
     ['ErrImagePull on the collector only: failed', pod({ running: {} }, { waiting: { reason: 'ErrImagePull' } }), { ready: false, failed: true, failedWhy: 'collector: ErrImagePull:' }],
