@@ -24,7 +24,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { readdirSync } from 'node:fs';
-import { BatchV1Api, KubeConfig, Watch, type KubernetesObject, type V1Pod } from '@kubernetes/client-node';
+import { BatchV1Api, CustomObjectsApi, KubeConfig, Watch, type KubernetesObject, type V1Pod } from '@kubernetes/client-node';
 import { parseConfig } from '../src/config.ts';
 import { silentLogger } from '../src/logger.ts';
 import { createService, listen } from '../src/main.ts';
@@ -169,6 +169,8 @@ export async function benchCluster(opts: ClusterBenchOptions): Promise<void> {
         : []),
     ]);
   await applyWarmType();
+  // A data type left by an earlier run would keep its pool pods importing pandas through the cold runs.
+  await kc.makeApiClient(CustomObjectsApi).deleteNamespacedCustomObject({ group: 'sandpod.io', version: 'v1alpha1', namespace: NS, plural: 'jobtypes', name: 'bench-data' }).catch(() => undefined);
   const batch = kc.makeApiClient(BatchV1Api);
   const { stamps, stop } = await stampPods(kc);
   const runs = Math.max(3, opts.runs);
@@ -289,6 +291,8 @@ export async function benchCluster(opts: ClusterBenchOptions): Promise<void> {
       if (warmStartup.length) say(`| startup_ms p50 | ${ms(quantile(warmStartup, 0.5))} ms | near 0 | |`);
       say('');
     };
+    // Both pools full first: data pool pods still importing pandas would share the cores with the print(1) runs.
+    if (DATA_IMAGE) await waitReady('bench-data', 2);
     await warmRuns('bench-warm', 'print(1)', '1\n', WARM_TARGET_MS, 'Warm');
     if (DATA_IMAGE) await warmRuns('bench-data', DATA_CODE, '3\n', DATA_WARM_TARGET_MS, 'Warm `data` (pandas preloaded)');
     else say('Warm `data`: skipped, set SANDPOD_BENCH_DATA_IMAGE (an executor image with python3-numpy and python3-pandas).\n');
