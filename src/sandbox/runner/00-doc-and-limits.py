@@ -99,6 +99,8 @@ CLI
                             streams. A module that fails to import is logged there (`sandpod runner:
                             preload of M failed, skipped: ...`) and skipped, with whatever it imported
                             dropped from sys.modules, so the program then gets the real error.
+                            What the imports built is then frozen (gc.freeze): the program's
+                            collections, and its exit's, walk only the program's own objects.
     --ready-listen HOST:PORT with --go-port: once the go port is held and the held program process has
                             done its --preload and --warm-up, the runner listens on HOST:PORT (a
                             Kubernetes pool pod's own IP) and accepts and closes at once whatever
