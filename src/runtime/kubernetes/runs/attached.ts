@@ -16,10 +16,11 @@ import { afterHandOverFailure, newRunState } from './decide.ts';
 import { CONTAINERS, FENCE_COMMAND, LABELS, jobNameFor } from '../names.ts';
 import { defaultOutputLimits } from './output-tar.ts';
 import { coldAttachJob } from '../pool/pool-plan.ts';
+import type { RunnerSources } from './runner-sources.ts';
 import type { WarmPool } from '../pool/pool.ts';
 import { egressProxyUrlFor } from './build-job.ts';
 import type { EgressCredentials } from './egress.ts';
-import { handOver, HandOverError, openCollector, type CollectorAttach } from './hand-over.ts';
+import { AttachEndedError, handOver, HandOverError, openCollector, type CollectorAttach } from './hand-over.ts';
 
 /** How often a cold attach run tries to attach before the kubelet reports the collector running, ms. */
 const EARLY_ATTACH_INTERVAL_MS = 40;
@@ -55,8 +56,8 @@ export interface AttachedRunsDeps {
   config: Config;
   clock: Clock;
   log: Logger;
-  runnerSource: () => string;
-  deliverSource: () => string;
+  /** The runner and deliver.py (cold attach pods carry them inline). */
+  sources: RunnerSources;
   /** The egress proxy's credentials: a proxied run's go line carries its own. */
   egress: EgressCredentials;
   /** Creates the run's Job, or takes the one of the same name an earlier attempt made (409). */
@@ -167,8 +168,7 @@ export class AttachedRuns {
     const job = coldAttachJob(spec, this.d.config, {
       name: jobName,
       runtimeClassName,
-      runnerSource: this.d.runnerSource(),
-      deliverSource: this.d.deliverSource(),
+      sources: this.d.sources.inline(),
       graceSec: this.d.config.kubernetes.deadline_grace_seconds,
     });
     const tracked = this.track(spec, options, key, jobName, startedAt, {});
@@ -326,12 +326,15 @@ export class AttachedRuns {
    * {@link EARLY_ATTACH_INTERVAL_MS} before the status says so. A refused attach (the container is not
    * running yet) opened no stream, so it leaves the `stdinOnce` stdin untouched and may be repeated;
    * once the status says running, a failure is final, but for refusals in the first moment (the
-   * container has just ended; its status, a moment later, says how).
+   * container has just ended; its status, a moment later, says how) and for an attach that ended
+   * before the program started (the same: the collector's end, once reported, is the cause given).
    */
   private async deliverWhenRunning(spec: RunSpec, options: RunOptions, key: string, jobUid: string, startedAt: number, settled: () => boolean): Promise<void> {
     const c = this.d.controller;
     let lastTry = Number.NEGATIVE_INFINITY;
     let refusedSince: number | null = null;
+    // An attach that ended with nothing started: the collector's status, a moment later, may say why.
+    let ended: { at: number; err: unknown; pod: string } | null = null;
     // Woken by any change of this run's pod, so the loop does not poll the pod cache.
     let wake: (() => void) | null = null;
     const off = c.pods.on((_event, p) => {
@@ -350,7 +353,9 @@ export class AttachedRuns {
         const running = usable && !!status(CONTAINERS.collector)?.state?.running;
         const bound = usable && !!pod?.spec?.nodeName;
         const now = this.d.clock.now();
-        if ((running || bound) && now - lastTry >= EARLY_ATTACH_INTERVAL_MS) {
+        if (ended) {
+          if (now - ended.at >= REFUSED_WHILE_RUNNING_MS) return await this.failColdHandOver(spec, key, jobUid, ended.err, ended.pod);
+        } else if ((running || bound) && now - lastTry >= EARLY_ATTACH_INTERVAL_MS) {
           lastTry = now;
           try {
             await assertHeld(options, 'handing the program over');
@@ -359,6 +364,10 @@ export class AttachedRuns {
           } catch (err) {
             // Taken over before the hand-over: the Job stays for the new holder (it sees nothing was handed over).
             if (err instanceof FencedError) return c.untrack(key, err);
+            if (err instanceof AttachEndedError && !settled()) {
+              ended = { at: this.d.clock.now(), err, pod: pod!.metadata!.name! };
+              continue;
+            }
             // Not running yet (the upgrade was refused, no stream opened): try again shortly. Refused
             // while the status says running: the container has just ended (the kubelet reports an
             // end late), and the next status says how; for a moment only, then the attempt fails.

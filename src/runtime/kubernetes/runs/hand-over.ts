@@ -27,7 +27,12 @@ const FRAME_BYTES = 256 * 1024;
 
 /** The hand-over failed before the program started: the run may be retried elsewhere. */
 export class HandOverError extends Error {
-  override readonly name = 'HandOverError';
+  override readonly name: string = 'HandOverError';
+}
+
+/** The attach ended before the program started (the collector may have just ended: its status says why). */
+export class AttachEndedError extends HandOverError {
+  override readonly name = 'AttachEndedError';
 }
 
 /** What {@link handOver} reports while the run goes on. */
@@ -93,10 +98,10 @@ export function openCollector(api: Pick<KubeApi, 'attach'>, ns: string, pod: str
  */
 export async function handOver(api: Pick<KubeApi, 'attach'>, ns: string, pod: string, spec: RunSpec, o: HandOverOptions, opened?: CollectorAttach): Promise<AttachSession> {
   let started!: () => void;
-  let failed!: (why: string) => void;
+  let failed!: (why: string, Kind?: typeof HandOverError) => void;
   const ack = new Promise<void>((resolve, reject) => {
     started = resolve;
-    failed = (why) => reject(new HandOverError(`the program never reached the run pod: ${why}`));
+    failed = (why, Kind = HandOverError) => reject(new Kind(`the program never reached the run pod: ${why}`));
   });
   ack.catch(() => undefined);
   // The outputs archive, when the collector sends it (before `done`).
@@ -135,14 +140,20 @@ export async function handOver(api: Pick<KubeApi, 'attach'>, ns: string, pod: st
   attach.listen((chunk) => stream.feed(chunk));
   session = await attach.session;
   void session.ended.then(() => {
-    failed('the attach to its collector ended before the program started');
+    failed('the attach to its collector ended before the program started', AttachEndedError);
     outputs?.pipe.end();
     outputs?.settle(null);
   });
   let timer: NodeJS.Timeout | undefined;
   try {
     const payload = handOverPayload(spec, o.proxy ?? null);
-    for (let i = 0; i < payload.length; i += FRAME_BYTES) await session.send(payload.subarray(i, i + FRAME_BYTES));
+    // A send fails only on a stream that is closing or closed: the attach ended (see above).
+    const sent = (async () => {
+      for (let i = 0; i < payload.length; i += FRAME_BYTES) await session.send(payload.subarray(i, i + FRAME_BYTES));
+    })();
+    await sent.catch((err: unknown) => {
+      throw new AttachEndedError(`the program never reached the run pod: ${err instanceof Error ? err.message : String(err)}`);
+    });
     await Promise.race([
       ack,
       new Promise<never>((_, reject) => {
