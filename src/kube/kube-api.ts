@@ -24,6 +24,7 @@ import {
   CustomObjectsApi,
   NodeV1Api,
   type KubeConfig,
+  type V1ConfigMap,
   type V1Job,
   type V1Lease,
   type V1Pod,
@@ -261,6 +262,29 @@ export class KubeApi {
       'delete secret',
       async (o) => {
         await this.core.deleteNamespacedSecret({ namespace, name }, o);
+        return true;
+      },
+      { status: 404, value: false },
+    );
+  }
+
+  /** Creates a ConfigMap; `false` if one of that name exists (409). */
+  createConfigMap(cm: V1ConfigMap): Promise<boolean> {
+    const namespace = cm.metadata?.namespace ?? '';
+    return this.call('create configmap', (o) => this.core.createNamespacedConfigMap({ namespace, body: cm }, o).then(() => true), { status: 409, value: false });
+  }
+
+  /** Lists ConfigMaps matching a selector. */
+  async listConfigMaps(namespace: string, labelSelector: string): Promise<V1ConfigMap[]> {
+    return (await this.call('list configmaps', (o) => this.core.listNamespacedConfigMap({ namespace, labelSelector }, o))).items;
+  }
+
+  /** Deletes a ConfigMap. Absent is fine. */
+  async deleteConfigMap(namespace: string, name: string): Promise<void> {
+    await this.call(
+      'delete configmap',
+      async (o) => {
+        await this.core.deleteNamespacedConfigMap({ namespace, name }, o);
         return true;
       },
       { status: 404, value: false },

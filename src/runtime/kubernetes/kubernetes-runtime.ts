@@ -16,7 +16,7 @@ import { systemClock, type Clock } from '../../clock.ts';
 import type { Config } from '../../config.ts';
 import { KubeApi, defaultKubeConfig } from '../../kube/index.ts';
 import { silentLogger, type Logger } from '../../logger.ts';
-import { DELIVER_PATH, RUNNER_PATH, SESSION_COLLECTOR_PATH } from '../../sandbox/paths.ts';
+import { RUNNER_PATH, SESSION_COLLECTOR_PATH } from '../../sandbox/paths.ts';
 import { baseObservation, emptyRun } from '../run-output.ts';
 import { patchJobTypeStatus } from '../../jobtypes/kubernetes-registry.ts';
 import { KubernetesBuilder } from './builds/builder.ts';
@@ -26,6 +26,7 @@ import { KubeSessions } from './session/sessions.ts';
 import type { JobType } from '../../jobtypes/job-type.ts';
 import { buildJob } from './runs/build-job.ts';
 import { EgressCredentials } from './runs/egress.ts';
+import { RunnerSources } from './runs/runner-sources.ts';
 import { collectGarbage, ensureJob, ensureSecret } from './runs/run-objects.ts';
 import { Leadership } from './leadership.ts';
 import { runtimeHealth } from './health.ts';
@@ -106,8 +107,7 @@ class KubernetesRuntime implements Runtime {
   private readonly clock: Clock;
   private readonly log: Logger;
   private readonly ns: string;
-  private runnerSource: string | null;
-  private deliverSource: string | null;
+  private readonly sources: RunnerSources;
   private readonly attached: AttachedRuns;
   private readonly egress: EgressCredentials;
   private readonly runtimeClass: RuntimeClassLookup;
@@ -133,8 +133,7 @@ class KubernetesRuntime implements Runtime {
     const t = options.tuning ?? {};
     const requestTimeoutMs = t.requestTimeoutMs ?? config.kubernetes.api_timeout_seconds * 1000;
     this.api = new KubeApi(this.kc, { requestTimeoutMs });
-    this.runnerSource = options.runnerSource ?? null;
-    this.deliverSource = options.deliverSource ?? null;
+    this.sources = new RunnerSources({ api: this.api, namespace: this.ns, instance: config.kubernetes.instance, clock: this.clock, log: this.log, ...(options.runnerSource !== undefined ? { runner: options.runnerSource } : {}), ...(options.deliverSource !== undefined ? { deliver: options.deliverSource } : {}) });
     this.egress = new EgressCredentials(config, this.clock, this.log);
     this.runtimeClass = new RuntimeClassLookup({ api: this.api, config, clock: this.clock, log: this.log, ...(t.healthCacheMs !== undefined ? { cacheMs: t.healthCacheMs } : {}) });
     this.controller = new RunController({
@@ -158,8 +157,7 @@ class KubernetesRuntime implements Runtime {
       config,
       clock: this.clock,
       log: this.log,
-      runnerSource: () => this.runner(),
-      deliverSource: () => this.deliver(),
+      sources: this.sources,
       egress: this.egress,
       ensureJob: (job, jobName) => ensureJob(this.api, this.ns, job, jobName),
       ...(t.podGoneGraceMs !== undefined ? { podGoneGraceMs: t.podGoneGraceMs } : {}),
@@ -229,8 +227,7 @@ class KubernetesRuntime implements Runtime {
         log: this.log,
         jobTypes,
         runtimeClassName: () => this.runtimeClass.forRun(),
-        runnerSource: () => this.runner(),
-        deliverSource: () => this.deliver(),
+        sources: this.sources,
         leading: () => this.leader?.leading ?? true,
         ...(this.options.tuning?.poolIntervalMs !== undefined ? { intervalMs: this.options.tuning.poolIntervalMs } : {}),
         ...(this.options.tuning?.poolRefillDelayMs !== undefined ? { refillDelayMs: this.options.tuning.poolRefillDelayMs } : {}),
@@ -381,18 +378,16 @@ class KubernetesRuntime implements Runtime {
   /** The live pod of a session another process held (a restarted replica), or null. */
   adoptSession = (sessionId: string): Promise<SessionSandbox | null> => this.sessions.adopt(sessionId);
 
-  /** The runner text, and the collector script of attach pods: each read once. */
+  /** The runner text (read once). */
   private runner(): string {
-    return (this.runnerSource ??= readFileSync(RUNNER_PATH, 'utf8'));
-  }
-  private deliver(): string {
-    return (this.deliverSource ??= readFileSync(DELIVER_PATH, 'utf8'));
+    return this.sources.runner();
   }
 
   /** Deletes Jobs of this instance whose execution is terminal or unknown (SPEC §1.12), and those of ended sessions. */
   private async collectGarbage(): Promise<void> {
     if (this.options.hooks) await collectGarbage(this.api, this.ns, this.controller.jobs.list(), this.options.hooks, this.log);
     if (this.options.hooks?.liveSessionIds) await this.sessions.collectGarbage(this.controller.jobs.list(), this.options.hooks.liveSessionIds);
+    await this.sources.collectGarbage(this.controller.jobs.list()).catch((err: unknown) => this.log.warn({ err }, 'could not remove unused runner sources ConfigMaps'));
   }
 }
 

@@ -75,6 +75,11 @@ describe('cluster warm pool (fake API server, real runner)', () => {
   it('fills the pool, and a run claims a pod: labels on Job and pod, code and input by attach, done ends it', async () => {
     const rt = await start();
     await fake.waitFor(() => poolReady(), 20_000, 'two ready pool pods');
+    // Their runner and collector came from the sources ConfigMap (the fake, like the kubelet, starts
+    // no pod whose ConfigMap volume is missing).
+    const [cm] = fake.list('configmaps', NS);
+    expect((cm?.data as Record<string, string> | undefined)?.['runner.py']).toBe(runnerSource);
+    for (const j of poolJobs()) expect(j.spec.template.spec.volumes).toContainEqual({ name: 'runner', configMap: { name: cm!.metadata.name, defaultMode: 0o444 } });
     // (The fake maps the runner's paths to its own directories: the program reads its input through them.)
     const s = spec({ code: 'import json, sys\nprint(json.load(open(sys.argv[0].replace("/code/main.py", "/input/data.json")))["x"] * 2)', inputJson: '{"x": 21}' });
     const raw = await rt.run(s);
@@ -404,7 +409,7 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     const second = await start({ warm_pool_size: 0, cold_start: 'attach' });
     const lost = spec({ code: 'print("never")' });
     const cfg = testConfig({ kubernetes: { executor_image: 'sandpod/executor:test', deadline_grace_seconds: 5 } });
-    const job = coldAttachJob(lost, cfg, { name: `sp-${lost.executionId}`, runtimeClassName: 'gvisor', runnerSource, deliverSource: readFileSync(DELIVER_PATH, 'utf8'), graceSec: 5 });
+    const job = coldAttachJob(lost, cfg, { name: `sp-${lost.executionId}`, runtimeClassName: 'gvisor', sources: { inline: { runner: runnerSource, deliver: readFileSync(DELIVER_PATH, 'utf8') } }, graceSec: 5 });
     await (second as unknown as { internals: { api: KubeApi } }).internals.api.createJob(job);
     await fake.waitFor(() => fake.list('pods', NS).some((p) => p.metadata.labels?.[LABELS.executionId] === lost.executionId && p.status?.containerStatuses?.some((c: { name: string; state?: { running?: unknown } }) => c.name === 'collector' && c.state?.running)), 5000, 'the orphaned pod running');
     // Adopted: it goes (nothing of the program ran), and the service starts the run again.
@@ -439,7 +444,7 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     const ran = path.join(dir, 'ran');
     const stale = spec({ code: `open(${JSON.stringify(ran)}, "w").write("x")\nprint("ran")` });
     const cfg = testConfig({ kubernetes: { executor_image: 'sandpod/executor:test', deadline_grace_seconds: 5 } });
-    const job = coldAttachJob(stale, cfg, { name: `sp-${stale.executionId}`, runtimeClassName: 'gvisor', runnerSource, deliverSource: readFileSync(DELIVER_PATH, 'utf8'), graceSec: 5 });
+    const job = coldAttachJob(stale, cfg, { name: `sp-${stale.executionId}`, runtimeClassName: 'gvisor', sources: { inline: { runner: runnerSource, deliver: readFileSync(DELIVER_PATH, 'utf8') } }, graceSec: 5 });
     if (lagging) fake.holdEvents();
     await api.createJob(job);
     const podName = () => fake.list('pods', NS).find((p) => p.metadata.labels?.[LABELS.executionId] === stale.executionId)?.metadata.name;
@@ -470,7 +475,7 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     const api = (rt as unknown as { internals: { api: KubeApi } }).internals.api;
     const s = spec({ code: 'print("new holder")' });
     const cfg = testConfig({ kubernetes: { executor_image: 'sandpod/executor:test', deadline_grace_seconds: 5 } });
-    await api.createJob(coldAttachJob(s, cfg, { name: `sp-${s.executionId}`, runtimeClassName: 'gvisor', runnerSource, deliverSource: readFileSync(DELIVER_PATH, 'utf8'), graceSec: 5 }));
+    await api.createJob(coldAttachJob(s, cfg, { name: `sp-${s.executionId}`, runtimeClassName: 'gvisor', sources: { inline: { runner: runnerSource, deliver: readFileSync(DELIVER_PATH, 'utf8') } }, graceSec: 5 }));
     const podName = () => fake.list('pods', NS).find((p) => p.metadata.labels?.[LABELS.executionId] === s.executionId)?.metadata.name;
     await fake.waitFor(() => !!podName() && fake.list('pods', NS).some((p) => p.metadata.name === podName() && p.status?.containerStatuses?.some((c: { name: string; state?: { running?: unknown } }) => c.name === 'collector' && c.state?.running)), 5000, 'the collector running');
     // The runtime's informer has the Job (its events come within milliseconds here).

@@ -5,7 +5,7 @@
  * - list/watch with resourceVersion (events after the given version are replayed), optional
  *   bookmarks, `410 Gone` (an ERROR event, or an HTTP 410 in `goneAsHttp` mode) when the version is
  *   older than the retained history (`compact()`), `timeoutSeconds`, server-side watch closes;
- * - create/get/delete of Jobs, Secrets and Pods with 409 AlreadyExists / 404 NotFound Status bodies
+ * - create/get/delete of Jobs, Secrets, ConfigMaps and Pods with 409 AlreadyExists / 404 NotFound Status bodies
  *   and `propagationPolicy` (Jobs default to Orphan as in batch/v1; Background/Foreground delete the
  *   owned pods and Secrets, each pod with its own grace period, as the garbage collector does);
  * - pod deletion as the API server and kubelet do it: a pod not bound to a node, or already finished,
@@ -66,7 +66,7 @@
  */
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
@@ -104,7 +104,7 @@ export type KObj = {
   [k: string]: unknown;
 };
 
-type Kind = 'pods' | 'secrets' | 'jobs' | 'runtimeclasses' | 'jobtypes' | 'namespaces' | 'services' | 'leases';
+type Kind = 'pods' | 'secrets' | 'configmaps' | 'jobs' | 'runtimeclasses' | 'jobtypes' | 'namespaces' | 'services' | 'leases';
 
 interface WatchEvent {
   rv: number;
@@ -269,6 +269,7 @@ function status(code: number, reason: string, message: string, details?: object)
 const KIND_META: Record<Kind, { apiVersion: string; kind: string }> = {
   pods: { apiVersion: 'v1', kind: 'Pod' },
   secrets: { apiVersion: 'v1', kind: 'Secret' },
+  configmaps: { apiVersion: 'v1', kind: 'ConfigMap' },
   jobs: { apiVersion: 'batch/v1', kind: 'Job' },
   runtimeclasses: { apiVersion: 'node.k8s.io/v1', kind: 'RuntimeClass' },
   jobtypes: { apiVersion: 'sandpod.io/v1alpha1', kind: 'JobType' },
@@ -1449,7 +1450,23 @@ export class FakeKube {
     const collector = containers.find((c) => c.name === 'collector');
     if (!main?.command || !collector?.command) return;
     const base = path.join(this.root, podName);
+    // ConfigMap volumes (the runner sources): the kubelet mounts nothing, and starts nothing, until
+    // the ConfigMap exists (FailedMount, tried again); then its keys are read-only files.
+    const mounted: Record<string, string> = {};
+    for (const v of (pod.spec.volumes ?? []) as { name: string; configMap?: { name: string } }[]) {
+      if (!v.configMap) continue;
+      const cm = this.get('configmaps', pod.metadata.namespace, v.configMap.name);
+      if (!cm) {
+        this.later(100, () => this.startWarmPod(podName));
+        return;
+      }
+      const dir = path.join(base, `configmap-${v.name}`);
+      mkdirSync(dir, { recursive: true });
+      for (const [key, text] of Object.entries((cm.data ?? {}) as Record<string, string>)) writeFileSync(path.join(dir, key), text, { mode: 0o444 });
+      for (const c of containers) for (const m of (c as { volumeMounts?: { name: string; mountPath: string }[] }).volumeMounts ?? []) if (m.name === v.name) mounted[m.mountPath] = dir;
+    }
     const dirs: Record<string, string> = {
+      ...mounted,
       '/code': path.join(base, 'code'),
       '/input': path.join(base, 'input'),
       '/output': this.outputDir(podName),
@@ -1747,7 +1764,7 @@ function microTimesValid(body: any): boolean {
 }
 
 function route(path: string): { kind: Kind; ns?: string; name?: string; sub?: string } | null {
-  let m = /^\/api\/v1\/namespaces\/([^/]+)\/(pods|secrets|services)(?:\/([^/]+))?(?:\/(log|exec|attach))?$/.exec(path);
+  let m = /^\/api\/v1\/namespaces\/([^/]+)\/(pods|secrets|configmaps|services)(?:\/([^/]+))?(?:\/(log|exec|attach))?$/.exec(path);
   if (m) return { kind: m[2] as Kind, ns: m[1]!, ...(m[3] ? { name: m[3] } : {}), ...(m[4] ? { sub: m[4] } : {}) };
   m = /^\/apis\/batch\/v1\/namespaces\/([^/]+)\/jobs(?:\/([^/]+))?$/.exec(path);
   if (m) return { kind: 'jobs', ns: m[1]!, ...(m[2] ? { name: m[2] } : {}) };

@@ -329,6 +329,8 @@ describeRendered('RBAC', () => {
       // Never get/list/watch: the service does not read Secrets of the runs namespace
       // (test/integration/kubernetes/secrets-access.test.ts).
       'core/secrets': ['create', 'delete'],
+      // The runner sources pool pods mount (runs/runner-sources.ts): made, and the unused removed.
+      'core/configmaps': ['create', 'delete', 'list'],
     });
     const binding = one(docs, 'RoleBinding', 'sandpod-runs');
     expect(binding.metadata.namespace).toBe('sandpod-jobs');

@@ -25,6 +25,7 @@ import type { RunController } from '../runs/controller.ts';
 import { poolable, claimJobPatch, claimPodPatch, poolJob } from './pool-plan.ts';
 import { claimOrder, memberOf, planPool, poolBackoffMs, type PoolMember, type PoolWant } from './pool-decide.ts';
 import { ReconcileLoop } from '../reconcile-loop.ts';
+import type { RunnerSources } from '../runs/runner-sources.ts';
 
 /**
  * How long a claimed pool pod's refill may wait for its run to end, ms (planPool's `refillDelayMs`):
@@ -44,9 +45,8 @@ export interface WarmPoolOptions {
   jobTypes: () => JobType[];
   /** The RuntimeClass runs get (null: none; false: none may run). */
   runtimeClassName: () => Promise<string | null | false>;
-  runnerSource: () => string;
-  /** Text of deliver.py (the collector of pool pods). */
-  deliverSource: () => string;
+  /** The runner and deliver.py: pool pods mount them from their ConfigMap, made sure of before each create. */
+  sources: RunnerSources;
   /** Whether this replica creates and removes pool Jobs (the leader's job); default: always. */
   leading?: () => boolean;
   /** How often the pool is reconciled without an event, ms. */
@@ -183,23 +183,22 @@ export class WarmPool {
   }
 
   private poolJobOf(jt: JobType, name: string, rc: string | null): { job: V1Job; specHash: string } {
-    return poolJob(jt, this.o.config, { runtimeClassName: rc, runnerSource: this.o.runnerSource(), deliverSource: this.o.deliverSource(), name, maxIdleSec: this.o.config.kubernetes.warm_pool_max_idle_seconds });
+    return poolJob(jt, this.o.config, { runtimeClassName: rc, sources: this.o.sources.mounted(), name, maxIdleSec: this.o.config.kubernetes.warm_pool_max_idle_seconds });
   }
 
   /** Spec hashes per JobType object, with what else they were made from (a few ms of CPU each to make). */
-  private readonly hashCache = new WeakMap<JobType, { rc: string | null; runner: string; deliver: string; specHash: string }>();
+  private readonly hashCache = new WeakMap<JobType, { rc: string | null; sources: string; specHash: string }>();
 
   /** The spec hash of a JobType's pool pods now, or null when runs cannot be made (see {@link template}). */
   private async specHash(jt: JobType): Promise<string | null> {
     const rc = await this.o.runtimeClassName();
     if (rc === false) return null;
-    const runner = this.o.runnerSource();
-    const deliver = this.o.deliverSource();
+    const sources = this.o.sources.name();
     const hit = this.hashCache.get(jt);
-    if (hit && hit.rc === rc && hit.runner === runner && hit.deliver === deliver) return hit.specHash;
+    if (hit && hit.rc === rc && hit.sources === sources) return hit.specHash;
     // Made from the RuntimeClass just read (a second lookup could answer otherwise, and the entry would lie).
     const { specHash } = this.poolJobOf(jt, 'x', rc);
-    this.hashCache.set(jt, { rc, runner, deliver, specHash });
+    this.hashCache.set(jt, { rc, sources, specHash });
     return specHash;
   }
 
@@ -240,6 +239,7 @@ export class WarmPool {
         if (this.o.leading && !this.o.leading()) return;
         const t = await this.template(jt, `sp-w-${randomBytes(6).toString('hex')}`);
         if (!t) continue;
+        await this.o.sources.ensure();
         const name = t.job.metadata!.name!;
         this.pending.set(name, { jobType: jt.name, specHash: t.specHash, at: this.o.clock.now() });
         await this.o.api.createJob(t.job).catch((err: unknown) => {

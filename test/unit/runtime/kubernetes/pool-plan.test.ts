@@ -153,8 +153,8 @@ describe('claimOrder', () => {
 
 describe('pool Job and claim', () => {
   const cfg = testConfig();
-  it('a pool pod: main runs the runner inline (--wait --go-port, --tee), the collector runs deliver.py with stdin; no Secret, no per-run options', () => {
-    const { job, specHash } = poolJob(jobType(), cfg, { runtimeClassName: 'gvisor', runnerSource: 'RUNNER', deliverSource: 'DELIVER', name: 'sp-w-1', maxIdleSec: 900 });
+  it('a pool pod: main runs the runner from the sources ConfigMap (--wait --go-port, --tee), the collector runs deliver.py from it with stdin; no Secret, no per-run options', () => {
+    const { job, specHash } = poolJob(jobType(), cfg, { runtimeClassName: 'gvisor', sources: { configMap: 'cm-RUNNER' }, name: 'sp-w-1', maxIdleSec: 900 });
     const spec = job.spec!.template.spec!;
     const main = spec.containers.find((c) => c.name === 'main')!;
     const collector = spec.containers.find((c) => c.name === 'collector')!;
@@ -163,12 +163,16 @@ describe('pool Job and claim', () => {
     expect(main.command).toContain('--wait');
     expect(main.command!.slice(main.command!.indexOf('--go-port'), main.command!.indexOf('--go-port') + 2)).toEqual(['--go-port', String(GO_PORT)]);
     expect(main.command).not.toContain('--phase-fd');
-    expect(main.command!.slice(main.command!.indexOf('-c'), main.command!.indexOf('-c') + 2)).toEqual(['-c', 'RUNNER']);
+    // Both scripts from the ConfigMap, mounted read-only in both containers; nothing inline.
+    expect(main.command).toContain('/sandpod/runner.py');
+    expect(main.command).not.toContain('-c');
+    expect(spec.volumes!.find((v) => v.name === 'runner')).toEqual({ name: 'runner', configMap: { name: 'cm-RUNNER', defaultMode: 0o444 } });
+    for (const c of [main, collector]) expect(c.volumeMounts!.find((v) => v.name === 'runner')).toEqual({ name: 'runner', mountPath: '/sandpod', readOnly: true });
     expect(main.command).toContain('--tee');
     expect(main.command).not.toContain('--timeout');
     expect(collector.stdin).toBe(true);
     expect(collector.stdinOnce).toBe(true);
-    expect(collector.command!.slice(collector.command!.indexOf('-c'), collector.command!.indexOf('-c') + 2)).toEqual(['-c', 'DELIVER']);
+    expect(collector.command!.slice(collector.command!.indexOf('-S'), collector.command!.indexOf('-S') + 2)).toEqual(['-S', '/sandpod/deliver.py']);
     expect(collector.command).toContain(String(GO_PORT));
     expect(spec.volumes!.some((v) => v.secret)).toBe(false);
     expect(spec.volumes!.find((v) => v.name === 'code')!.emptyDir).toBeDefined();
@@ -180,9 +184,9 @@ describe('pool Job and claim', () => {
     expect(job.metadata!.labels!['sandpod.io/execution-id']).toBeUndefined();
     expect(job.spec!.template.metadata!.labels!['sandpod.io/pool-spec']).toBe(specHash);
     // Same inputs, same hash; a JobType change, another hash; the name does not count.
-    expect(poolJob(jobType(), cfg, { runtimeClassName: 'gvisor', runnerSource: 'RUNNER', deliverSource: 'DELIVER', name: 'sp-w-2', maxIdleSec: 900 }).specHash).toBe(specHash);
-    expect(poolJob(jobType({ memory_limit: '1g' }), cfg, { runtimeClassName: 'gvisor', runnerSource: 'RUNNER', deliverSource: 'DELIVER', name: 'sp-w-1', maxIdleSec: 900 }).specHash).not.toBe(specHash);
-    expect(poolJob(jobType(), cfg, { runtimeClassName: 'gvisor', runnerSource: 'RUNNER2', deliverSource: 'DELIVER', name: 'sp-w-1', maxIdleSec: 900 }).specHash).not.toBe(specHash);
+    expect(poolJob(jobType(), cfg, { runtimeClassName: 'gvisor', sources: { configMap: 'cm-RUNNER' }, name: 'sp-w-2', maxIdleSec: 900 }).specHash).toBe(specHash);
+    expect(poolJob(jobType({ memory_limit: '1g' }), cfg, { runtimeClassName: 'gvisor', sources: { configMap: 'cm-RUNNER' }, name: 'sp-w-1', maxIdleSec: 900 }).specHash).not.toBe(specHash);
+    expect(poolJob(jobType(), cfg, { runtimeClassName: 'gvisor', sources: { configMap: 'cm-RUNNER2' }, name: 'sp-w-1', maxIdleSec: 900 }).specHash).not.toBe(specHash);
   });
 
   it.each([
@@ -192,7 +196,7 @@ describe('pool Job and claim', () => {
     { name: 'a type that preloads: the runner imports its modules while it waits', t: jobType({ preload: ['numpy', 'pandas'] }), image: 'sandpod/executor:test', egress: undefined, proxyEnv: false, preload: 'numpy,pandas' },
   ])('pool pods of every kind: $name', ({ t, image, egress, proxyEnv, preload }) => {
     const c = testConfig({ kubernetes: { executor_image: 'sandpod/executor:test', preflight: false, egress_proxy: { url: 'http://egress.sandpod.svc:3128', key_file: '/k' } } });
-    const { job } = poolJob(t, c, { runtimeClassName: 'gvisor', runnerSource: 'RUNNER', deliverSource: 'DELIVER', name: 'sp-w-1', maxIdleSec: 900 });
+    const { job } = poolJob(t, c, { runtimeClassName: 'gvisor', sources: { configMap: 'cm-RUNNER' }, name: 'sp-w-1', maxIdleSec: 900 });
     const main = job.spec!.template.spec!.containers.find((x) => x.name === 'main')!;
     expect(main.image).toBe(image);
     expect(job.spec!.template.metadata!.labels!['sandpod.io/egress']).toBe(egress);
@@ -214,13 +218,19 @@ describe('pool Job and claim', () => {
     const run = { executionId: 'e-1', code: 'x', inputJson: '{}', jobType: jobType(), timeoutSec: 10, startupTimeoutSec: 60, requirements: [], maxStdoutBytes: 100, maxArtifactBytes: 100 };
     const mainOf = (j: V1Job) => j.spec!.template.spec!.containers.find((c) => c.name === 'main')!;
     const cold = mainOf(buildJob(run, run.jobType, cfg, { runtimeClassName: 'gvisor', runnerSource: 'R' }).job).volumeMounts!.filter((m) => m.name !== 'runner');
-    const warm = mainOf(poolJob(run.jobType, cfg, { runtimeClassName: 'gvisor', runnerSource: 'R', deliverSource: 'D', name: 'sp-w-1', maxIdleSec: 900 }).job).volumeMounts;
-    const attach = mainOf(coldAttachJob(run, cfg, { runtimeClassName: 'gvisor', runnerSource: 'R', deliverSource: 'D', name: 'sp-e-1', graceSec: 5 })).volumeMounts;
-    expect(warm).toEqual(cold);
+    const warm = mainOf(poolJob(run.jobType, cfg, { runtimeClassName: 'gvisor', sources: { configMap: 'cm-R' }, name: 'sp-w-1', maxIdleSec: 900 }).job).volumeMounts;
+    const attach = mainOf(coldAttachJob(run, cfg, { runtimeClassName: 'gvisor', sources: { inline: { runner: 'R', deliver: 'D' } }, name: 'sp-e-1', graceSec: 5 })).volumeMounts;
+    expect(warm!.filter((m) => m.name !== 'runner')).toEqual(cold);
     expect(attach).toEqual(cold);
+    // The cold attach pod carries the scripts inline: no mount on the path its run waits for.
+    const attachJob = coldAttachJob(run, cfg, { runtimeClassName: 'gvisor', sources: { inline: { runner: 'R', deliver: 'D' } }, name: 'sp-e-1', graceSec: 5 });
+    expect(attachJob.spec!.template.spec!.volumes!.some((v) => v.name === 'runner')).toBe(false);
+    const attachCollector = attachJob.spec!.template.spec!.containers.find((c) => c.name === 'collector')!;
+    expect(attachCollector.command!.slice(attachCollector.command!.indexOf('-c'), attachCollector.command!.indexOf('-c') + 2)).toEqual(['-c', 'D']);
+    expect(attachCollector.volumeMounts!.some((m) => m.name === 'runner')).toBe(false);
     expect(cold.filter((m) => m.readOnly).map((m) => m.mountPath)).toEqual(expect.arrayContaining(['/code', '/input']));
     // A cold attach pod's program comes as soon as its collector runs: no startup probe to pass.
-    const attachMain = mainOf(coldAttachJob(run, cfg, { runtimeClassName: 'gvisor', runnerSource: 'R', deliverSource: 'D', name: 'sp-e-1', graceSec: 5 }));
+    const attachMain = mainOf(coldAttachJob(run, cfg, { runtimeClassName: 'gvisor', sources: { inline: { runner: 'R', deliver: 'D' } }, name: 'sp-e-1', graceSec: 5 }));
     expect(attachMain.startupProbe).toBeUndefined();
     // ... and no ready port: its runner goes straight to the go port.
     expect(attachMain.command).not.toContain('--ready-listen');
@@ -229,14 +239,14 @@ describe('pool Job and claim', () => {
     // Its collector may have the program before main's runner listens: it waits for the runner up to
     // the run's startup limit (deliver.py's own default, 60 s, failed cold starts on a loaded node).
     const collectorOf = (j: ReturnType<typeof coldAttachJob>) => j.spec!.template.spec!.containers.find((c) => c.name === 'collector')!;
-    const slow = collectorOf(coldAttachJob({ ...run, startupTimeoutSec: 300 }, cfg, { runtimeClassName: 'gvisor', runnerSource: 'R', deliverSource: 'D', name: 'sp-e-1', graceSec: 5 })).command!;
+    const slow = collectorOf(coldAttachJob({ ...run, startupTimeoutSec: 300 }, cfg, { runtimeClassName: 'gvisor', sources: { inline: { runner: 'R', deliver: 'D' } }, name: 'sp-e-1', graceSec: 5 })).command!;
     expect(slow.slice(-2)).toEqual(['--connect-timeout', '300']);
     // A pool pod's collector keeps the default: its runner listened before the pod counted ready.
-    expect(collectorOf(poolJob(jobType(), cfg, { runtimeClassName: 'gvisor', runnerSource: 'R', deliverSource: 'D', name: 'sp-w-1', maxIdleSec: 900 }).job).command).not.toContain('--connect-timeout');
+    expect(collectorOf(poolJob(jobType(), cfg, { runtimeClassName: 'gvisor', sources: { configMap: 'cm-R' }, name: 'sp-w-1', maxIdleSec: 900 }).job).command).not.toContain('--connect-timeout');
   });
 
   it('a claim is a small JSON patch: the read resourceVersion as precondition, the run\'s labels and annotations, the claim time, a deadline counted from now', () => {
-    const { job } = poolJob(jobType(), cfg, { runtimeClassName: null, runnerSource: 'R', deliverSource: 'D', name: 'sp-w-1', maxIdleSec: 900 });
+    const { job } = poolJob(jobType(), cfg, { runtimeClassName: null, sources: { configMap: 'cm-R' }, name: 'sp-w-1', maxIdleSec: 900 });
     const read = { ...job, metadata: { ...job.metadata, resourceVersion: '42' }, status: { startTime: new Date(T0) } };
     const ops = claimJobPatch(read, { executionId: 'e-1', timeoutSec: 10, startupTimeoutSec: 60 }, 5, T0 + 100_000);
     expect(ops).toEqual([

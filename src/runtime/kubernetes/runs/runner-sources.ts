@@ -1,0 +1,158 @@
+/**
+ * The runner and the collector's delivery script as pool pods get them: from one immutable ConfigMap
+ * per version of the two texts, in the runs namespace, mounted read-only at `/sandpod` in both
+ * containers. Inline in the commands (`python3 -c <text>`), the ≈ 85 KB of the two made every pool
+ * Job and pod that large: each claim's patch, each watch event of the Job and its pod, each status
+ * update the kubelet writes carried them through the API server and etcd (a claim's patch took
+ * 19 ms against 12 ms for a small Job on kcluster). With the ConfigMap a pool Job is a few KB.
+ *
+ * Cold attach pods keep the texts inline: a mount costs a gofer connection per container under
+ * gVisor on the path a cold run waits for, and their Job is written once, never patched.
+ *
+ * The ConfigMap's name is a hash of the texts, so a service of another version (a rolling upgrade)
+ * uses its own, and the pool's spec hash changes with it. Whoever creates a pod that mounts it makes
+ * sure it exists first ({@link RunnerSources.ensure}: a create, 409 is fine, repeated at most once a
+ * minute so a deleted one comes back). The leader removes those of its instance that no Job names
+ * and that are older than {@link SOURCES_MIN_AGE_MS} ({@link staleSources}, pure).
+ */
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import type { V1ConfigMap, V1Job } from '@kubernetes/client-node';
+import type { Clock } from '../../../clock.ts';
+import type { KubeApi } from '../../../kube/index.ts';
+import type { Logger } from '../../../logger.ts';
+import { DELIVER_PATH, RUNNER_PATH } from '../../../sandbox/paths.ts';
+import { LABELS, MANAGED_BY } from '../names.ts';
+import { toMs } from './decide.ts';
+
+/** Where pool pods mount the texts. */
+export const SOURCES_DIR = '/sandpod';
+/** The ConfigMap's keys, which are the files' names under {@link SOURCES_DIR}. */
+export const SOURCE_FILES = { runner: 'runner.py', deliver: 'deliver.py' } as const;
+/** The label that marks a sources ConfigMap. */
+export const SOURCES_LABEL = 'sandpod.io/runner-sources';
+/** How long an unused sources ConfigMap is kept (a pod of another version may be about to mount it). */
+export const SOURCES_MIN_AGE_MS = 10 * 60_000;
+/** How often {@link RunnerSources.ensure} creates the ConfigMap again, ms. */
+const ENSURE_EVERY_MS = 60_000;
+
+/** How a pod gets the texts: mounted from a ConfigMap, or inline in its commands. */
+export type PodSources = { configMap: string } | { inline: { runner: string; deliver: string } };
+
+/** The ConfigMap's name for these texts. Pure. */
+export function sourcesName(runner: string, deliver: string): string {
+  const h = createHash('sha256').update(runner).update('\0').update(deliver).digest('hex').slice(0, 16);
+  return `sandpod-runner-${h}`;
+}
+
+/** The ConfigMap itself. Pure. */
+export function sourcesConfigMap(namespace: string, instance: string, runner: string, deliver: string): V1ConfigMap {
+  return {
+    apiVersion: 'v1',
+    kind: 'ConfigMap',
+    metadata: { name: sourcesName(runner, deliver), namespace, labels: { [LABELS.managedBy]: MANAGED_BY, [LABELS.instance]: instance, [SOURCES_LABEL]: 'true' } },
+    immutable: true,
+    data: { [SOURCE_FILES.runner]: runner, [SOURCE_FILES.deliver]: deliver },
+  };
+}
+
+/** The volume pool pods mount the texts from (`defaultMode` read-only for everyone). */
+export function sourcesVolume(name: string): { name: string; configMap: { name: string; defaultMode: number } } {
+  return { name: 'runner', configMap: { name, defaultMode: 0o444 } };
+}
+
+/** ConfigMap names the Jobs' pod templates mount. */
+function mountedBy(jobs: readonly V1Job[]): Set<string> {
+  const names = new Set<string>();
+  for (const j of jobs) for (const v of j.spec?.template.spec?.volumes ?? []) if (v.configMap?.name) names.add(v.configMap.name);
+  return names;
+}
+
+/**
+ * The sources ConfigMaps to delete: not the current one, named by no Job, older than `minAgeMs`. Pure.
+ */
+export function staleSources(configMaps: readonly V1ConfigMap[], jobs: readonly V1Job[], current: string, now: number, minAgeMs = SOURCES_MIN_AGE_MS): string[] {
+  const used = mountedBy(jobs);
+  return configMaps
+    .filter((cm) => {
+      const name = cm.metadata?.name ?? '';
+      const created = toMs(cm.metadata?.creationTimestamp) ?? now;
+      return name !== '' && name !== current && !used.has(name) && now - created >= minAgeMs;
+    })
+    .map((cm) => cm.metadata!.name!);
+}
+
+/** Options of {@link RunnerSources}. */
+export interface RunnerSourcesOptions {
+  api: KubeApi;
+  namespace: string;
+  instance: string;
+  clock: Clock;
+  log: Logger;
+  /** The texts; default: read from `src/sandbox` once, when first needed. */
+  runner?: string;
+  deliver?: string;
+}
+
+/** The texts, their ConfigMap's name, and the API calls that keep it there (see the module comment). */
+export class RunnerSources {
+  private runnerText: string | null;
+  private deliverText: string | null;
+  private ensuredAt: number | null = null;
+  private ensuring: Promise<void> | null = null;
+  private nameOf: string | null = null;
+
+  constructor(private readonly o: RunnerSourcesOptions) {
+    this.runnerText = o.runner ?? null;
+    this.deliverText = o.deliver ?? null;
+  }
+
+  runner(): string {
+    return (this.runnerText ??= readFileSync(RUNNER_PATH, 'utf8'));
+  }
+
+  deliver(): string {
+    return (this.deliverText ??= readFileSync(DELIVER_PATH, 'utf8'));
+  }
+
+  /** The ConfigMap's name. */
+  name(): string {
+    return (this.nameOf ??= sourcesName(this.runner(), this.deliver()));
+  }
+
+  /** What a pool pod mounts. */
+  mounted(): PodSources {
+    return { configMap: this.name() };
+  }
+
+  /** What a cold attach pod carries. */
+  inline(): PodSources {
+    return { inline: { runner: this.runner(), deliver: this.deliver() } };
+  }
+
+  /** Makes sure the ConfigMap exists before a pod that mounts it is made (at most one create a minute). */
+  async ensure(): Promise<void> {
+    const now = this.o.clock.now();
+    if (this.ensuredAt !== null && now - this.ensuredAt < ENSURE_EVERY_MS) return;
+    this.ensuring ??= (async () => {
+      try {
+        const made = await this.o.api.createConfigMap(sourcesConfigMap(this.o.namespace, this.o.instance, this.runner(), this.deliver()));
+        if (made) this.o.log.info({ configmap: this.name() }, 'created the runner sources ConfigMap');
+        this.ensuredAt = this.o.clock.now();
+      } finally {
+        this.ensuring = null;
+      }
+    })();
+    await this.ensuring;
+  }
+
+  /** The leader's part: removes this instance's sources ConfigMaps no Job names any more. */
+  async collectGarbage(jobs: readonly V1Job[]): Promise<void> {
+    const selector = `${LABELS.instance}=${this.o.instance},${SOURCES_LABEL}=true`;
+    const stale = staleSources(await this.o.api.listConfigMaps(this.o.namespace, selector), jobs, this.name(), this.o.clock.now());
+    for (const name of stale) {
+      this.o.log.info({ configmap: name }, 'removing an unused runner sources ConfigMap');
+      await this.o.api.deleteConfigMap(this.o.namespace, name);
+    }
+  }
+}
