@@ -56,7 +56,7 @@ export interface AttachedRunsDeps {
   config: Config;
   clock: Clock;
   log: Logger;
-  /** The runner and deliver.py: made sure of before a cold attach Job, whose pod mounts them. */
+  /** The runner and deliver.py (cold attach pods carry them inline). */
   sources: RunnerSources;
   /** The egress proxy's credentials: a proxied run's go line carries its own. */
   egress: EgressCredentials;
@@ -168,7 +168,7 @@ export class AttachedRuns {
     const job = coldAttachJob(spec, this.d.config, {
       name: jobName,
       runtimeClassName,
-      sources: this.d.sources.name(),
+      sources: this.d.sources.inline(),
       graceSec: this.d.config.kubernetes.deadline_grace_seconds,
     });
     const tracked = this.track(spec, options, key, jobName, startedAt, {});
@@ -180,7 +180,6 @@ export class AttachedRuns {
     let owner: V1Job;
     try {
       await assertHeld(options, 'creating its Job');
-      await this.d.sources.ensure();
       owner = await this.d.ensureJob(job, jobName);
       this.d.controller.ownJob(key, owner.metadata?.uid ?? '');
     } catch (err) {
