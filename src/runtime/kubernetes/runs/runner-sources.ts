@@ -6,10 +6,10 @@
  * update the kubelet writes carried them through the API server and etcd (a claim's patch took
  * 19 ms against 12 ms for a small Job on kcluster). With the ConfigMap a pool Job is a few KB.
  *
- * Cold attach pods keep the texts inline: their Job is written once, never patched, and mounting
- * the ConfigMap there (their pod was created ≈ 35 ms sooner) was undone when the three-replica e2e
- * then found takeovers with two pods per execution it could not tell apart from a double run
- * (docs/capacity.md §9, 2026-12-04).
+ * Cold attach pods keep the texts inline: their Job is written once, never patched. Mounting the
+ * ConfigMap there too (their pod was created ≈ 35 ms sooner) was tried and undone while a
+ * three-replica e2e failure was looked into; it failed without it as well (docs/capacity.md §9,
+ * 2026-12-04), so this may be revisited.
  *
  * The ConfigMap's name is a hash of the texts, so a service of another version (a rolling upgrade)
  * uses its own, and the pool's spec hash changes with it. Whoever creates a pod that mounts it makes
