@@ -3,10 +3,13 @@
  * 100 async and 20 concurrent sync runs all succeed exactly once, deleting the leader mid-burst moves
  * the Lease within the renew deadline, and deleting (killing) a non-leader mid-burst has its runs
  * adopted. "Exactly once": each program prints and writes its own tag; the database has one record
- * per submission with that output, and no execution ever had two run pods.
+ * per submission with that output, no program said it ran in two pods (the witness, see `code`), and
+ * no execution had two run pods the collector logs cannot rule out as having run.
  *
  * Skipped unless the chart test's variables are set (test/support/e2e-release.ts).
  */
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
 import { Log } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -15,7 +18,18 @@ import { E2ERelease, RELEASE_READY, sleep } from '../support/e2e-release.ts';
 
 type J = Record<string, any>;
 const TERMINAL = new Set(['succeeded', 'failed', 'cancelled', 'timeout']);
-const code = (tag: string) => `import json\nprint(${JSON.stringify(tag)})\njson.dump({"id": ${JSON.stringify(tag)}}, open("/output/result.json", "w"))\n`;
+/** Where kcluster's pods reach this machine (the pod network's gateway). */
+const HOST_IP = process.env.SANDPOD_E2E_HOST_IP ?? '10.244.0.1';
+/**
+ * Each program first tells this test, over HTTP, which pod it runs in (its host name), then prints and
+ * writes its tag. A witness that needs no pod log: a pod deleted a moment after its program ran (a
+ * takeover fences or removes pods) may leave no log to read, and the log check counts such a pod as
+ * having run. The call reaches the machine only because kcluster does not enforce NetworkPolicy (the
+ * chart's policy would stop it on a cluster that does): where it is stopped, no witness arrives and
+ * the log check alone decides, as before.
+ */
+const code = (tag: string, witness: string) =>
+  `import json, socket, urllib.request\ntry:\n    urllib.request.urlopen(${JSON.stringify(`${witness}?tag=${tag}&pod=`)} + socket.gethostname(), timeout=20).read()\nexcept Exception:\n    pass\nprint(${JSON.stringify(tag)})\njson.dump({"id": ${JSON.stringify(tag)}}, open("/output/result.json", "w"))\n`;
 /**
  * The startup limit each run asks for (SPEC: 10–600 s, default 60). It bounds pod creation —
  * scheduling, the gVisor sandbox's start, the runner's — up to the program's start. The burst puts
@@ -33,6 +47,12 @@ describe.skipIf(!RELEASE_READY)('three replicas on a real cluster (needs the cha
   const rel = RELEASE_READY ? new E2ERelease('spr') : (null as unknown as E2ERelease);
   /** Run pods seen per execution label, from polling the runs namespace. */
   const podsByExecution = new Map<string, Set<string>>();
+  /** Run pods' names by uid (a program names its pod by its host name). */
+  const podNames = new Map<string, string>();
+  /** Pods each tag's program said it ran in (see {@link code}), and where it says so. */
+  const witnessed = new Map<string, Set<string>>();
+  let witnessUrl = '';
+  let witnessServer: Server | null = null;
   /**
    * Pods the program never reached, by uid: their `collector` log (deliver.py relays the runner's
    * phase lines there) has no `execution` line once the pod is going. A hand-over that failed before
@@ -85,7 +105,7 @@ describe.skipIf(!RELEASE_READY)('three replicas on a real cluster (needs the cha
   async function submitAsync(tags: string[]): Promise<string[]> {
     return Promise.all(
       tags.map(async (tag) => {
-        const res = await rel.call('/execute/async', { method: 'POST', body: JSON.stringify({ code: code(tag), idempotency_key: tag, startup_timeout: STARTUP_TIMEOUT_S }) });
+        const res = await rel.call('/execute/async', { method: 'POST', body: JSON.stringify({ code: code(tag, witnessUrl), idempotency_key: tag, startup_timeout: STARTUP_TIMEOUT_S }) });
         const body = (await res.json()) as J;
         if (res.status !== 202) throw new Error(`${tag}: ${res.status} ${JSON.stringify(body)}`);
         return body.job_id as string;
@@ -119,7 +139,22 @@ describe.skipIf(!RELEASE_READY)('three replicas on a real cluster (needs the cha
       expect(r!.result).toEqual({ id: tag });
     }
     const ours = new Set(rows.map((r) => String(r.id)));
-    const doubled = [...podsByExecution].filter(([id]) => ours.has(id)).map(([id, pods]) => [id, [...pods].filter((uid) => !neverDelivered.has(uid))] as const).filter(([, pods]) => pods.length > 1);
+    const tagOf = new Map(rows.map((r) => [String(r.id), r.idempotency_key ?? r.stdout.trim()]));
+    // The witness: no program said it ran in two pods.
+    const twice = tags.filter((t) => (witnessed.get(t)?.size ?? 0) > 1).map((t) => [t, [...witnessed.get(t)!]]);
+    if (twice.length > 0) await printReplicaLines(rows.filter((r) => twice.some(([t]) => t === tagOf.get(String(r.id)))).map((r) => String(r.id)));
+    expect(twice).toEqual([]);
+    const heard = tags.filter((t) => witnessed.has(t)).length;
+    console.log(`programs that said which pod they ran in: ${heard} of ${tags.length}`);
+    // The pod logs: a pod whose collector log could not be read counts as having run, unless its tag's
+    // program said it ran elsewhere (and in that pod only).
+    const ranIn = (id: string, uid: string) => {
+      const said = witnessed.get(tagOf.get(id) ?? '');
+      return !neverDelivered.has(uid) && !(said && said.size === 1 && !said.has(podNames.get(uid) ?? ''));
+    };
+    const byLogs = [...podsByExecution].filter(([id]) => ours.has(id)).map(([id, pods]) => [id, [...pods].filter((uid) => !neverDelivered.has(uid))] as const).filter(([, pods]) => pods.length > 1);
+    if (byLogs.length > 0) console.log(`executions with two pods the logs cannot rule out: ${byLogs.length}; their programs said they ran in: ${JSON.stringify(byLogs.map(([id, pods]) => ({ id, pods: pods.map((u) => podNames.get(u)), said: [...(witnessed.get(tagOf.get(id) ?? '') ?? [])] })))}`);
+    const doubled = [...podsByExecution].filter(([id]) => ours.has(id)).map(([id, pods]) => [id, [...pods].filter((uid) => ranIn(id, uid)).map((uid) => podNames.get(uid))] as const).filter(([, pods]) => pods.length > 1);
     if (doubled.length > 0) await printReplicaLines(doubled.map(([id]) => id));
     expect(doubled).toEqual([]);
     const retried = [...podsByExecution].filter(([id, pods]) => ours.has(id) && [...pods].some((uid) => neverDelivered.has(uid)));
@@ -136,6 +171,14 @@ describe.skipIf(!RELEASE_READY)('three replicas on a real cluster (needs the cha
   }
 
   beforeAll(async () => {
+    witnessServer = createServer((req, res) => {
+      const q = new URL(req.url ?? '/', 'http://witness').searchParams;
+      const tag = q.get('tag') ?? '';
+      witnessed.set(tag, (witnessed.get(tag) ?? new Set<string>()).add(q.get('pod') ?? ''));
+      res.end('ok');
+    });
+    await new Promise<void>((r) => witnessServer!.listen(0, '0.0.0.0', () => r()));
+    witnessUrl = `http://${HOST_IP}:${(witnessServer.address() as AddressInfo).port}/ran`;
     await rel.install([
       '--set', 'replicaCount=3',
       // policy/v1 PodDisruptionBudget is unknown to a 1.20 API server (kcluster); not what is tested here.
@@ -170,6 +213,7 @@ describe.skipIf(!RELEASE_READY)('three replicas on a real cluster (needs the cha
             set.add(p.metadata.uid);
             podsByExecution.set(id, set);
             const uid = p.metadata.uid;
+            podNames.set(uid, p.metadata.name ?? '');
             const collectorEnded = p.status?.containerStatuses?.some((c) => c.name === 'collector' && c.state?.terminated);
             // Only pods whose program goes by attach (their collector is deliver.py, with stdin) say so.
             const byAttach = p.spec?.containers.some((c) => c.name === 'collector' && c.stdin);
@@ -195,6 +239,7 @@ describe.skipIf(!RELEASE_READY)('three replicas on a real cluster (needs the cha
 
   afterAll(async () => {
     if (watching) clearInterval(watching);
+    witnessServer?.close();
     await rel?.uninstall();
   }, 300_000);
 
@@ -221,7 +266,7 @@ describe.skipIf(!RELEASE_READY)('three replicas on a real cluster (needs the cha
     const syncTags = Array.from({ length: 20 }, (_, i) => `s-${rel.suffix}-${i}`);
     const sync = Promise.all(
       syncTags.map(async (tag) => {
-        const res = await rel.call('/execute', { method: 'POST', body: JSON.stringify({ code: code(tag), startup_timeout: STARTUP_TIMEOUT_S }), signal: AbortSignal.timeout(600_000) });
+        const res = await rel.call('/execute', { method: 'POST', body: JSON.stringify({ code: code(tag, witnessUrl), startup_timeout: STARTUP_TIMEOUT_S }), signal: AbortSignal.timeout(600_000) });
         return { tag, status: res.status, body: (await res.json()) as J };
       }),
     );

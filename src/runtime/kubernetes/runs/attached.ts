@@ -13,7 +13,8 @@ import type { Logger } from '../../../logger.ts';
 import { assertHeld, FencedError, LeftRunningError, type RawRun, type RunOptions, type RunSpec } from '../../runtime.ts';
 import type { RunController } from './controller.ts';
 import { afterHandOverFailure, newRunState } from './decide.ts';
-import { CONTAINERS, FENCE_COMMAND, LABELS, jobNameFor } from '../names.ts';
+import { CONTAINERS, LABELS, jobNameFor } from '../names.ts';
+import { PodClaims } from './claim.ts';
 import { defaultOutputLimits } from './output-tar.ts';
 import { coldAttachJob } from '../pool/pool-plan.ts';
 import type { RunnerSources } from './runner-sources.ts';
@@ -33,20 +34,7 @@ const EARLY_ATTACH_INTERVAL_MS = 40;
 const HAND_OVER_TIMEOUT_MS = 30_000;
 /** How long attaches refused while the pod's status says the collector runs are retried, ms (see deliverWhenRunning). */
 const REFUSED_WHILE_RUNNING_MS = 3000;
-/** How long the exec that fences a pod may take (an interpreter start in the sandbox), ms. */
-const FENCE_TIMEOUT_MS = 15_000;
-/** How long a fence whose exec failed is tried again while the pod's collector runs, and how often, ms. */
-const FENCE_RETRY_MS = 30_000;
-const FENCE_RETRY_INTERVAL_MS = 500;
-/** How long a collector the kubelet says has not started must keep saying so to be believed, ms. */
-const WAITING_BELIEVED_MS = 5000;
 
-/**
- * What a pod's claim says of its program: `started` (deliver.py took the claim: it runs, or ran),
- * `never` (fenced, or its collector ended or is not running, or the pod is gone: no program can start
- * there any more), `unknown` (no answer came: see {@link AttachedRuns.claimOf}).
- */
-export type ClaimAnswer = 'started' | 'never' | 'unknown';
 
 /** What the attach paths need from the runtime. */
 export interface AttachedRunsDeps {
@@ -91,9 +79,12 @@ export async function awaitTracked(controller: RunController, key: string, track
 /** The warm and cold-attach paths (see the module comment). */
 export class AttachedRuns {
   private readonly ns: string;
+  /** What each attach pod's claim says of its program (claim.ts). */
+  readonly claims: PodClaims;
 
   constructor(private readonly d: AttachedRunsDeps) {
     this.ns = d.config.kubernetes.runs_namespace;
+    this.claims = new PodClaims({ api: d.api, ns: this.ns, clock: d.clock, log: d.log });
   }
 
   /**
@@ -136,7 +127,7 @@ export class AttachedRuns {
         this.d.controller.untrack(key);
         // Failed as this process saw it (no answer in time, the attach cut), yet the program may have
         // started: then it is followed there, never started again elsewhere.
-        const claimed = await this.claimOf(podName, spec.executionId);
+        const claimed = await this.claims.of(podName, spec.executionId);
         if (claimed !== 'never') {
           this.d.log.warn({ execution_id: spec.executionId, job: jobName, err: String(err), claim: claimed }, 'the hand-over failed but the program started in the warm pod (or may have); following it there');
           return claim.job;
@@ -198,7 +189,7 @@ export class AttachedRuns {
    * For adoption: whether the program of a Job whose program goes by attach was handed over; false
    * means no program ever runs in its pod. Null for a Job whose program came in a Secret; false
    * when its pod is not there (in the cache, nor when the API server is asked: a loaded watch lags).
-   * Otherwise the pod's claim decides ({@link claimOf}): the hand-over of the process that held the
+   * Otherwise the pod's claim decides (claim.ts): the hand-over of the process that held the
    * run may still be in flight (it stalled, or died with its bytes on the way, or the runner is not up
    * yet), and the claim is taken for `fence` here unless deliver.py took it to send the go line. With
    * no answer, the pod is followed: a run that ends without its program is a failure the client sees,
@@ -212,7 +203,7 @@ export class AttachedRuns {
     const cached = this.d.controller.pods.list().find((p) => p.metadata?.ownerReferences?.some((r) => r.uid === uid));
     const podName = cached?.metadata?.name ?? (await this.d.api.listPods(this.ns, `controller-uid=${uid}`)).items[0]?.metadata?.name;
     if (!podName) return false;
-    return (await this.claimOf(podName, executionId, !collector.command?.includes('--claim'))) !== 'never';
+    return (await this.claims.of(podName, executionId, !collector.command?.includes('--claim'))) !== 'never';
   }
 
   /** Starts driving a run whose program goes by attach. */
@@ -252,65 +243,13 @@ export class AttachedRuns {
     this.d.controller.delivered(key, this.d.clock.now(), since);
   }
 
-  /**
-   * Whether a program started in `podName`, or never will, asked of its claim ({@link fence}). The
-   * exec can fail without saying either (a starved kubelet or node, a container between states), and
-   * taking that for "never" let a program run in two pods: the pod's collector, holding the bytes,
-   * took the claim a moment later. So while the API server says the collector runs it is asked again
-   * for up to {@link FENCE_RETRY_MS}; a collector not started (nothing could be handed to it; see
-   * {@link WAITING_BELIEVED_MS}) or a pod gone says `never`; a collector that ended says by its exit
-   * code (3, 4: the program never came) or by its log (the runner's `execution` line). `legacy`: a
-   * pod that keeps no claim, asked by its log alone.
-   */
-  async claimOf(podName: string, executionId: string, legacy = false): Promise<ClaimAnswer> {
-    if (!podName) return 'never';
-    const until = this.d.clock.now() + FENCE_RETRY_MS;
-    let waitingSince: number | null = null;
-    for (let tries = 1; ; tries++) {
-      const claim = legacy ? null : await this.fence(podName);
-      if (claim) return claim === 'fenced' ? 'never' : 'started';
-      const pod = await this.d.api.getPod(this.ns, podName).catch(() => undefined);
-      // A pod being deleted is asked all the same: its collector may take the claim in its grace.
-      if (pod === null) return 'never';
-      const state = pod?.status?.containerStatuses?.find((c) => c.name === CONTAINERS.collector)?.state;
-      if (pod && !pod.spec?.nodeName) return 'never';
-      if (pod && !state?.running && !state?.terminated) {
-        // Not started, as the kubelet says; it says so late (a status sync after the start), and an
-        // early attach reaches the container runtime first: believed once it has said so for a while.
-        waitingSince ??= this.d.clock.now();
-        if (this.d.clock.now() - waitingSince >= WAITING_BELIEVED_MS) return 'never';
-      } else waitingSince = null;
-      if (state?.terminated?.exitCode === 3 || state?.terminated?.exitCode === 4) return 'never';
-      if (legacy || state?.terminated) {
-        const log = await this.d.api.podLogTail(this.ns, podName, CONTAINERS.collector, 200).catch(() => null);
-        if (log !== null) return /^execution$/m.test(log) ? 'started' : 'never';
-      }
-      if (this.d.clock.now() >= until) {
-        this.d.log.warn({ execution_id: executionId, pod: podName, tries }, 'could not learn whether the program started in its pod; following the pod rather than starting it elsewhere');
-        return 'unknown';
-      }
-      await new Promise((r) => setTimeout(r, FENCE_RETRY_INTERVAL_MS));
-    }
-  }
-
-  /**
-   * Takes `podName`'s claim for `fence` (FENCE_COMMAND) unless deliver.py holds it: `fenced`, no
-   * program will ever start there; `started`, deliver.py has it (the program runs, or ran); null when
-   * the pod could not be asked (the exec failed) or keeps no claim (an older pod).
-   */
-  private async fence(podName: string): Promise<'fenced' | 'started' | null> {
-    if (!podName) return null;
-    const r = await this.d.api.exec(this.ns, podName, CONTAINERS.collector, FENCE_COMMAND, { timeoutMs: FENCE_TIMEOUT_MS }).catch(() => null);
-    return r?.exitCode === 0 ? 'fenced' : r?.exitCode === 17 ? 'started' : null;
-  }
-
   /** The program never reached the cold pod: the attempt fails (the service retries it) and its Job goes. */
   private async failColdHandOver(spec: RunSpec, key: string, jobUid: string, err: unknown, podName = ''): Promise<void> {
     this.d.log.warn({ execution_id: spec.executionId, err: String(err), next: afterHandOverFailure('cold-attach', 1) }, 'could not hand the program to the run pod');
     this.d.controller.untrack(key, err instanceof Error ? err : new Error(String(err)));
     // It started after all (the hand-over's answer was lost or late): the Job stays, and the retry
     // finds it (earlierJob) and follows it.
-    const claimed = await this.claimOf(podName, spec.executionId);
+    const claimed = await this.claims.of(podName, spec.executionId);
     if (claimed !== 'never') {
       this.d.log.warn({ execution_id: spec.executionId, pod: podName, claim: claimed }, 'the hand-over failed but the program started in the run pod (or may have); its Job stays for the retry to follow');
       return;
