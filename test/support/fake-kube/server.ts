@@ -1361,7 +1361,8 @@ export class FakeKube {
     const started = this.startedPods.has(podName) && !cs.state?.terminated;
     if (!cs.state?.running && !started) {
       this.execRefusals++;
-      return refuse(400, status(400, 'BadRequest', `container ${container} is not running`));
+      // The kubelet's answer (kcluster, 1.20) for a container the runtime has not started.
+      return refuse(500, status(500, 'InternalError', `container not found ("${container}")`));
     }
     const command = url.searchParams.getAll('command');
     this.wss.handleUpgrade(req, socket, head, (ws) => {
@@ -1386,7 +1387,8 @@ export class FakeKube {
     const ended = this.startedPods.has(podName) && !!table && !started;
     if ((!cs.state?.running && !started) || ended) {
       this.attachRefusals++;
-      return refuse(400, status(400, 'BadRequest', `container ${container} is not running`));
+      // The kubelet's answer (kcluster, 1.20) for a container the runtime has not running.
+      return refuse(500, status(500, 'InternalError', `container ${container} not found in pod ${podName}_${ns}`));
     }
     if (url.searchParams.get('stdin') === 'true' && !spec.stdin) return refuse(400, status(400, 'BadRequest', `stdin is not enabled for container ${container}`));
     this.wss.handleUpgrade(req, socket, head, (ws) => {
