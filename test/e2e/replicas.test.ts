@@ -153,7 +153,11 @@ describe.skipIf(!RELEASE_READY)('three replicas on a real cluster (needs the cha
       return !neverDelivered.has(uid) && !(said && said.size === 1 && !said.has(podNames.get(uid) ?? ''));
     };
     const byLogs = [...podsByExecution].filter(([id]) => ours.has(id)).map(([id, pods]) => [id, [...pods].filter((uid) => !neverDelivered.has(uid))] as const).filter(([, pods]) => pods.length > 1);
-    if (byLogs.length > 0) console.log(`executions with two pods the logs cannot rule out: ${byLogs.length}; their programs said they ran in: ${JSON.stringify(byLogs.map(([id, pods]) => ({ id, pods: pods.map((u) => podNames.get(u)), said: [...(witnessed.get(tagOf.get(id) ?? '') ?? [])] })))}`);
+    if (byLogs.length > 0) {
+      console.log(`executions with two pods the logs cannot rule out: ${byLogs.length}; their programs said they ran in: ${JSON.stringify(byLogs.map(([id, pods]) => ({ id, pods: pods.map((u) => podNames.get(u)), said: [...(witnessed.get(tagOf.get(id) ?? '') ?? [])] })))}`);
+      // What the replicas logged about them: each "never reached" says the evidence it rests on.
+      await printReplicaLines(byLogs.map(([id]) => id));
+    }
     const doubled = [...podsByExecution].filter(([id]) => ours.has(id)).map(([id, pods]) => [id, [...pods].filter((uid) => ranIn(id, uid)).map((uid) => podNames.get(uid))] as const).filter(([, pods]) => pods.length > 1);
     if (doubled.length > 0) await printReplicaLines(doubled.map(([id]) => id));
     expect(doubled).toEqual([]);
