@@ -8,18 +8,28 @@
 import { existsSync, mkdtempSync, readFileSync, readlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import type { V1Job } from '@kubernetes/client-node';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { JobType } from '../../../src/jobtypes/job-type.ts';
 import { POOL_LABELS, coldAttachJob } from '../../../src/runtime/kubernetes/pool/pool-plan.ts';
 import type { KubeApi } from '../../../src/kube/index.ts';
 import { FENCE_COMMAND, LABELS } from '../../../src/runtime/kubernetes/names.ts';
 import { handOverPayload } from '../../../src/runtime/kubernetes/runs/hand-over.ts';
+import { sourcesConfigMap, sourcesName } from '../../../src/runtime/kubernetes/runs/runner-sources.ts';
 import { FencedError, RunGoneError, type Runtime } from '../../../src/runtime/runtime.ts';
 import { DELIVER_PATH, RUNNER_PATH } from '../../../src/sandbox/paths.ts';
 import { FakeKube, jobType, spec, startRuntime, testConfig } from '../../support/kube-runtime.ts';
 
 const NS = 'sandpod-jobs';
 const runnerSource = readFileSync(RUNNER_PATH, 'utf8');
+const deliverSource = readFileSync(DELIVER_PATH, 'utf8');
+/** The sources ConfigMap attach pods mount (runs/runner-sources.ts). */
+const SOURCES = sourcesName(runnerSource, deliverSource);
+/** Creates an attach Job as a service process does: its sources ConfigMap first. */
+async function createAttachJob(api: KubeApi, job: V1Job): Promise<void> {
+  await api.createConfigMap(sourcesConfigMap(NS, 'sandpod', runnerSource, deliverSource));
+  await api.createJob(job);
+}
 let fake: FakeKube;
 const runtimes: Runtime[] = [];
 let types: JobType[];
@@ -409,8 +419,8 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     const second = await start({ warm_pool_size: 0, cold_start: 'attach' });
     const lost = spec({ code: 'print("never")' });
     const cfg = testConfig({ kubernetes: { executor_image: 'sandpod/executor:test', deadline_grace_seconds: 5 } });
-    const job = coldAttachJob(lost, cfg, { name: `sp-${lost.executionId}`, runtimeClassName: 'gvisor', sources: { inline: { runner: runnerSource, deliver: readFileSync(DELIVER_PATH, 'utf8') } }, graceSec: 5 });
-    await (second as unknown as { internals: { api: KubeApi } }).internals.api.createJob(job);
+    const job = coldAttachJob(lost, cfg, { name: `sp-${lost.executionId}`, runtimeClassName: 'gvisor', sources: SOURCES, graceSec: 5 });
+    await createAttachJob((second as unknown as { internals: { api: KubeApi } }).internals.api, job);
     await fake.waitFor(() => fake.list('pods', NS).some((p) => p.metadata.labels?.[LABELS.executionId] === lost.executionId && p.status?.containerStatuses?.some((c: { name: string; state?: { running?: unknown } }) => c.name === 'collector' && c.state?.running)), 5000, 'the orphaned pod running');
     // Adopted: it goes (nothing of the program ran), and the service starts the run again.
     await expect(second.run(lost, { adopt: true })).rejects.toBeInstanceOf(RunGoneError);
@@ -444,9 +454,9 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     const ran = path.join(dir, 'ran');
     const stale = spec({ code: `open(${JSON.stringify(ran)}, "w").write("x")\nprint("ran")` });
     const cfg = testConfig({ kubernetes: { executor_image: 'sandpod/executor:test', deadline_grace_seconds: 5 } });
-    const job = coldAttachJob(stale, cfg, { name: `sp-${stale.executionId}`, runtimeClassName: 'gvisor', sources: { inline: { runner: runnerSource, deliver: readFileSync(DELIVER_PATH, 'utf8') } }, graceSec: 5 });
+    const job = coldAttachJob(stale, cfg, { name: `sp-${stale.executionId}`, runtimeClassName: 'gvisor', sources: SOURCES, graceSec: 5 });
     if (lagging) fake.holdEvents();
-    await api.createJob(job);
+    await createAttachJob(api, job);
     const podName = () => fake.list('pods', NS).find((p) => p.metadata.labels?.[LABELS.executionId] === stale.executionId)?.metadata.name;
     await fake.waitFor(() => !!podName() && fake.list('pods', NS).some((p) => p.metadata.name === podName() && p.status?.containerStatuses?.some((c: { name: string; state?: { running?: unknown } }) => c.name === 'collector' && c.state?.running)), 5000, 'the collector running');
     const pod = podName()!;
@@ -475,7 +485,7 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     const api = (rt as unknown as { internals: { api: KubeApi } }).internals.api;
     const s = spec({ code: 'print("new holder")' });
     const cfg = testConfig({ kubernetes: { executor_image: 'sandpod/executor:test', deadline_grace_seconds: 5 } });
-    await api.createJob(coldAttachJob(s, cfg, { name: `sp-${s.executionId}`, runtimeClassName: 'gvisor', sources: { inline: { runner: runnerSource, deliver: readFileSync(DELIVER_PATH, 'utf8') } }, graceSec: 5 }));
+    await createAttachJob(api, coldAttachJob(s, cfg, { name: `sp-${s.executionId}`, runtimeClassName: 'gvisor', sources: SOURCES, graceSec: 5 }));
     const podName = () => fake.list('pods', NS).find((p) => p.metadata.labels?.[LABELS.executionId] === s.executionId)?.metadata.name;
     await fake.waitFor(() => !!podName() && fake.list('pods', NS).some((p) => p.metadata.name === podName() && p.status?.containerStatuses?.some((c: { name: string; state?: { running?: unknown } }) => c.name === 'collector' && c.state?.running)), 5000, 'the collector running');
     // The runtime's informer has the Job (its events come within milliseconds here).

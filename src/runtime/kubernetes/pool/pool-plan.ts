@@ -13,8 +13,7 @@
  * to the attached service. The program cannot forge them (its stdout is a pipe to the runner) and
  * `main`'s own stdout and stderr carry, with `--tee`, only the program's output, as in a cold pod
  * (`kubectl logs -c main`). Runner and delivery script come from a ConfigMap mounted read-only at
- * `/sandpod` (runs/runner-sources.ts), or, in a cold attach pod, in the commands themselves (`python3
- * -c`); the pod mounts no Secret at all.
+ * `/sandpod` in both containers (runs/runner-sources.ts); the pod mounts no Secret at all.
  */
 import { createHash } from 'node:crypto';
 import type { V1Container, V1Job } from '@kubernetes/client-node';
@@ -23,7 +22,7 @@ import type { RunSpec } from '../../runtime.ts';
 import { SECRET_KEYS, buildJob, builtImage, extraRequirements, jobDeadlineSeconds, type BuildJobConfig } from '../runs/build-job.ts';
 import { ANNOTATIONS, CLAIM_FILE, CONTAINERS, LABELS, RELEASE_FILE, executionLabel } from '../names.ts';
 import { toMs } from '../runs/decide.ts';
-import { SOURCES_DIR, SOURCE_FILES, sourcesVolume, type PodSources } from '../runs/runner-sources.ts';
+import { SOURCES_DIR, SOURCE_FILES, sourcesVolume } from '../runs/runner-sources.ts';
 
 /**
  * Whether runs of a JobType can come from a pool pod (or a cold attach pod): every run that installs
@@ -56,8 +55,8 @@ const POOL_DEADLINE_SLACK_SEC = 600;
 /** Inputs of {@link buildPoolJob}. */
 export interface PoolJobOptions {
   runtimeClassName: string | null;
-  /** The runner and deliver.py (the collector's script): mounted from their ConfigMap, or inline. */
-  sources: PodSources;
+  /** The ConfigMap the runner and deliver.py (the collector's script) are mounted from (runner-sources.ts). */
+  sources: string;
   /** The Job's name (random, from the pool). */
   name: string;
   maxIdleSec: number;
@@ -114,7 +113,7 @@ function buildPoolJobBody(jobType: JobType, config: BuildJobConfig, opts: PoolJo
   const main = podSpec.containers.find((c) => c.name === CONTAINERS.main)!;
   const collector = podSpec.containers.find((c) => c.name === CONTAINERS.collector)!;
   const cmd = main.command ?? [];
-  // `... python3 /sandpod/runner.py <args>` → `... python3 -c <runner> <args without per-run ones>`.
+  // `... python3 /sandpod/runner.py <args>` → the same script, with the args but the per-run ones.
   const at = cmd.indexOf('/sandpod/runner.py');
   const head = cmd.slice(0, at);
   const args: string[] = [];
@@ -126,21 +125,18 @@ function buildPoolJobBody(jobType: JobType, config: BuildJobConfig, opts: PoolJo
   // The type's `preload` modules are imported by the held program process before the go line (a
   // module that fails there is skipped; the program then gets the real error).
   const preload = jobType.preload.length > 0 ? ['--preload', jobType.preload.join(',')] : [];
-  const src = opts.sources;
-  const script = (file: string, text: (i: { runner: string; deliver: string }) => string) => ('inline' in src ? ['-c', text(src.inline)] : [`${SOURCES_DIR}/${file}`]);
-  const command = [...head, ...script(SOURCE_FILES.runner, (i) => i.runner), ...args, '--wait', '--go-port', String(GO_PORT), ...preload, '--ready-listen', `$(${POD_IP_ENV}):${READY_PORT}`];
-  // main keeps the run Job's mounts (code and input read-only), the runner's from the sources
-  // ConfigMap instead of the run's Secret (none when the texts are inline).
-  const sourcesMount = { name: 'runner', mountPath: SOURCES_DIR, readOnly: true };
-  const mounts = (main.volumeMounts ?? []).filter((m) => m.name !== 'runner' || !('inline' in src));
-  const collectorMounts = [...(collector.volumeMounts ?? []), { name: 'code', mountPath: '/code' }, { name: 'input', mountPath: '/input' }, ...('inline' in src ? [] : [sourcesMount])];
+  const command = [...head, `${SOURCES_DIR}/${SOURCE_FILES.runner}`, ...args, '--wait', '--go-port', String(GO_PORT), ...preload, '--ready-listen', `$(${POD_IP_ENV}):${READY_PORT}`];
+  // main keeps the run Job's mounts (code and input read-only), the runner's (`runner`, /sandpod) from
+  // the sources ConfigMap instead of the run's Secret; the collector mounts it too.
+  const mounts = main.volumeMounts ?? [];
+  const collectorMounts = [...(collector.volumeMounts ?? []), { name: 'code', mountPath: '/code' }, { name: 'input', mountPath: '/input' }, { name: 'runner', mountPath: SOURCES_DIR, readOnly: true }];
   // The collector's image is the executor image, which has python3 (it is the default for main).
   // `-S`: deliver.py needs nothing but the standard library, so no `site` (and its .pth files) at start.
   const collectorCommand = [
     ...head.slice(0, head.indexOf('python3')),
     'python3',
     '-S',
-    ...script(SOURCE_FILES.deliver, (i) => i.deliver),
+    `${SOURCES_DIR}/${SOURCE_FILES.deliver}`,
     '--code',
     `/code/${SECRET_KEYS.code}`,
     '--input',
@@ -155,9 +151,7 @@ function buildPoolJobBody(jobType: JobType, config: BuildJobConfig, opts: PoolJo
     '--output',
     '/output',
   ];
-  const volumes = (podSpec.volumes ?? [])
-    .filter((v) => v.name !== 'runner' || !('inline' in src))
-    .map((v) => (v.name === 'code' || v.name === 'input' ? { name: v.name, emptyDir: { sizeLimit: DELIVERY_VOLUME_LIMIT } } : v.name === 'runner' && 'configMap' in src ? sourcesVolume(src.configMap) : v));
+  const volumes = (podSpec.volumes ?? []).map((v) => (v.name === 'code' || v.name === 'input' ? { name: v.name, emptyDir: { sizeLimit: DELIVERY_VOLUME_LIMIT } } : v.name === 'runner' ? sourcesVolume(opts.sources) : v));
   // main first: the kubelet starts a pod's containers one after the other, in order, and main's
   // runner (an interpreter start under gVisor, about a second on a busy node) is the long pole of a
   // cold attach run; the collector is started, attached to and handed the program meanwhile (with the
@@ -223,8 +217,7 @@ function pointer(key: string): string {
  * ({@link CLAIMED_AT}), and a deadline counted from now (the Job's `activeDeadlineSeconds` counts from
  * its start): its age + the run's limits + grace. It sets `metadata.resourceVersion` to the version the
  * Job was read at, which the API server takes as a precondition (409 when another replica claimed it
- * first), so the claim writes a few hundred bytes instead of the whole Job (with the runner's text in
- * its command) as an update would.
+ * first), so the claim writes a few hundred bytes instead of the whole Job as an update would.
  */
 export function claimJobPatch(job: V1Job, spec: Pick<RunSpec, 'executionId' | 'timeoutSec' | 'startupTimeoutSec'>, graceSec: number, now: number): object[] {
   const meta = claimMetadata(spec);

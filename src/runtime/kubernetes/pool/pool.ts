@@ -183,7 +183,7 @@ export class WarmPool {
   }
 
   private poolJobOf(jt: JobType, name: string, rc: string | null): { job: V1Job; specHash: string } {
-    return poolJob(jt, this.o.config, { runtimeClassName: rc, sources: this.o.sources.mounted(), name, maxIdleSec: this.o.config.kubernetes.warm_pool_max_idle_seconds });
+    return poolJob(jt, this.o.config, { runtimeClassName: rc, sources: this.o.sources.name(), name, maxIdleSec: this.o.config.kubernetes.warm_pool_max_idle_seconds });
   }
 
   /** Spec hashes per JobType object, with what else they were made from (a few ms of CPU each to make). */

@@ -44,7 +44,7 @@ export interface AttachedRunsDeps {
   config: Config;
   clock: Clock;
   log: Logger;
-  /** The runner and deliver.py (cold attach pods carry them inline). */
+  /** The runner and deliver.py: made sure of before a cold attach Job, whose pod mounts them. */
   sources: RunnerSources;
   /** The egress proxy's credentials: a proxied run's go line carries its own. */
   egress: EgressCredentials;
@@ -159,7 +159,7 @@ export class AttachedRuns {
     const job = coldAttachJob(spec, this.d.config, {
       name: jobName,
       runtimeClassName,
-      sources: this.d.sources.inline(),
+      sources: this.d.sources.name(),
       graceSec: this.d.config.kubernetes.deadline_grace_seconds,
     });
     const tracked = this.track(spec, options, key, jobName, startedAt, {});
@@ -171,6 +171,7 @@ export class AttachedRuns {
     let owner: V1Job;
     try {
       await assertHeld(options, 'creating its Job');
+      await this.d.sources.ensure();
       owner = await this.d.ensureJob(job, jobName);
       this.d.controller.ownJob(key, owner.metadata?.uid ?? '');
     } catch (err) {

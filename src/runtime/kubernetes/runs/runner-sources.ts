@@ -1,15 +1,11 @@
 /**
- * The runner and the collector's delivery script as pool pods get them: from one immutable ConfigMap
- * per version of the two texts, in the runs namespace, mounted read-only at `/sandpod` in both
- * containers. Inline in the commands (`python3 -c <text>`), the ≈ 85 KB of the two made every pool
- * Job and pod that large: each claim's patch, each watch event of the Job and its pod, each status
- * update the kubelet writes carried them through the API server and etcd (a claim's patch took
- * 19 ms against 12 ms for a small Job on kcluster). With the ConfigMap a pool Job is a few KB.
- *
- * Cold attach pods keep the texts inline: their Job is written once, never patched. Mounting the
- * ConfigMap there too (their pod was created ≈ 35 ms sooner) was tried and undone while a
- * three-replica e2e failure was looked into; it failed without it as well (docs/capacity.md §9,
- * 2026-12-04), so this may be revisited.
+ * The runner and the collector's delivery script as attach pods (pool and cold attach) get them: from
+ * one immutable ConfigMap per version of the two texts, in the runs namespace, mounted read-only at
+ * `/sandpod` in both containers. Inline in the commands (`python3 -c <text>`), the ≈ 85 KB of the two
+ * made every such Job and pod that large: each create, each claim's patch, each watch event of the
+ * Job and its pod, each status update the kubelet writes carried them through the API server and
+ * etcd (a claim's patch took 19 ms against 12 ms for a small Job on kcluster; a cold attach run's pod
+ * was created ≈ 35 ms sooner after the POST with the ConfigMap). With it such a Job is a few KB.
  *
  * The ConfigMap's name is a hash of the texts, so a service of another version (a rolling upgrade)
  * uses its own, and the pool's spec hash changes with it. Whoever creates a pod that mounts it makes
@@ -27,7 +23,7 @@ import { DELIVER_PATH, RUNNER_PATH } from '../../../sandbox/paths.ts';
 import { LABELS, MANAGED_BY } from '../names.ts';
 import { toMs } from './decide.ts';
 
-/** Where pool pods mount the texts. */
+/** Where attach pods mount the texts. */
 export const SOURCES_DIR = '/sandpod';
 /** The ConfigMap's keys, which are the files' names under {@link SOURCES_DIR}. */
 export const SOURCE_FILES = { runner: 'runner.py', deliver: 'deliver.py' } as const;
@@ -37,9 +33,6 @@ export const SOURCES_LABEL = 'sandpod.io/runner-sources';
 export const SOURCES_MIN_AGE_MS = 10 * 60_000;
 /** How often {@link RunnerSources.ensure} creates the ConfigMap again, ms. */
 const ENSURE_EVERY_MS = 60_000;
-
-/** How a pod gets the texts: mounted from a ConfigMap, or inline in its commands. */
-export type PodSources = { configMap: string } | { inline: { runner: string; deliver: string } };
 
 /** The ConfigMap's name for these texts. Pure. */
 export function sourcesName(runner: string, deliver: string): string {
@@ -58,7 +51,7 @@ export function sourcesConfigMap(namespace: string, instance: string, runner: st
   };
 }
 
-/** The volume pool pods mount the texts from (`defaultMode` read-only for everyone). */
+/** The volume attach pods mount the texts from (`defaultMode` read-only for everyone). */
 export function sourcesVolume(name: string): { name: string; configMap: { name: string; defaultMode: number } } {
   return { name: 'runner', configMap: { name, defaultMode: 0o444 } };
 }
@@ -120,16 +113,6 @@ export class RunnerSources {
   /** The ConfigMap's name. */
   name(): string {
     return (this.nameOf ??= sourcesName(this.runner(), this.deliver()));
-  }
-
-  /** What a pool pod mounts. */
-  mounted(): PodSources {
-    return { configMap: this.name() };
-  }
-
-  /** What a cold attach pod carries. */
-  inline(): PodSources {
-    return { inline: { runner: this.runner(), deliver: this.deliver() } };
   }
 
   /** Makes sure the ConfigMap exists before a pod that mounts it is made (at most one create a minute). */

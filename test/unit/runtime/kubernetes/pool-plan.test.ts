@@ -154,7 +154,7 @@ describe('claimOrder', () => {
 describe('pool Job and claim', () => {
   const cfg = testConfig();
   it('a pool pod: main runs the runner from the sources ConfigMap (--wait --go-port, --tee), the collector runs deliver.py from it with stdin; no Secret, no per-run options', () => {
-    const { job, specHash } = poolJob(jobType(), cfg, { runtimeClassName: 'gvisor', sources: { configMap: 'cm-RUNNER' }, name: 'sp-w-1', maxIdleSec: 900 });
+    const { job, specHash } = poolJob(jobType(), cfg, { runtimeClassName: 'gvisor', sources: 'cm-RUNNER', name: 'sp-w-1', maxIdleSec: 900 });
     const spec = job.spec!.template.spec!;
     const main = spec.containers.find((c) => c.name === 'main')!;
     const collector = spec.containers.find((c) => c.name === 'collector')!;
@@ -184,9 +184,9 @@ describe('pool Job and claim', () => {
     expect(job.metadata!.labels!['sandpod.io/execution-id']).toBeUndefined();
     expect(job.spec!.template.metadata!.labels!['sandpod.io/pool-spec']).toBe(specHash);
     // Same inputs, same hash; a JobType change, another hash; the name does not count.
-    expect(poolJob(jobType(), cfg, { runtimeClassName: 'gvisor', sources: { configMap: 'cm-RUNNER' }, name: 'sp-w-2', maxIdleSec: 900 }).specHash).toBe(specHash);
-    expect(poolJob(jobType({ memory_limit: '1g' }), cfg, { runtimeClassName: 'gvisor', sources: { configMap: 'cm-RUNNER' }, name: 'sp-w-1', maxIdleSec: 900 }).specHash).not.toBe(specHash);
-    expect(poolJob(jobType(), cfg, { runtimeClassName: 'gvisor', sources: { configMap: 'cm-RUNNER2' }, name: 'sp-w-1', maxIdleSec: 900 }).specHash).not.toBe(specHash);
+    expect(poolJob(jobType(), cfg, { runtimeClassName: 'gvisor', sources: 'cm-RUNNER', name: 'sp-w-2', maxIdleSec: 900 }).specHash).toBe(specHash);
+    expect(poolJob(jobType({ memory_limit: '1g' }), cfg, { runtimeClassName: 'gvisor', sources: 'cm-RUNNER', name: 'sp-w-1', maxIdleSec: 900 }).specHash).not.toBe(specHash);
+    expect(poolJob(jobType(), cfg, { runtimeClassName: 'gvisor', sources: 'cm-RUNNER2', name: 'sp-w-1', maxIdleSec: 900 }).specHash).not.toBe(specHash);
   });
 
   it.each([
@@ -196,7 +196,7 @@ describe('pool Job and claim', () => {
     { name: 'a type that preloads: the runner imports its modules while it waits', t: jobType({ preload: ['numpy', 'pandas'] }), image: 'sandpod/executor:test', egress: undefined, proxyEnv: false, preload: 'numpy,pandas' },
   ])('pool pods of every kind: $name', ({ t, image, egress, proxyEnv, preload }) => {
     const c = testConfig({ kubernetes: { executor_image: 'sandpod/executor:test', preflight: false, egress_proxy: { url: 'http://egress.sandpod.svc:3128', key_file: '/k' } } });
-    const { job } = poolJob(t, c, { runtimeClassName: 'gvisor', sources: { configMap: 'cm-RUNNER' }, name: 'sp-w-1', maxIdleSec: 900 });
+    const { job } = poolJob(t, c, { runtimeClassName: 'gvisor', sources: 'cm-RUNNER', name: 'sp-w-1', maxIdleSec: 900 });
     const main = job.spec!.template.spec!.containers.find((x) => x.name === 'main')!;
     expect(main.image).toBe(image);
     expect(job.spec!.template.metadata!.labels!['sandpod.io/egress']).toBe(egress);
@@ -217,20 +217,18 @@ describe('pool Job and claim', () => {
   it('cold, warm and cold-attach pods give main the same mounts (one builder): code and input read-only', () => {
     const run = { executionId: 'e-1', code: 'x', inputJson: '{}', jobType: jobType(), timeoutSec: 10, startupTimeoutSec: 60, requirements: [], maxStdoutBytes: 100, maxArtifactBytes: 100 };
     const mainOf = (j: V1Job) => j.spec!.template.spec!.containers.find((c) => c.name === 'main')!;
-    const cold = mainOf(buildJob(run, run.jobType, cfg, { runtimeClassName: 'gvisor', runnerSource: 'R' }).job).volumeMounts!.filter((m) => m.name !== 'runner');
-    const warm = mainOf(poolJob(run.jobType, cfg, { runtimeClassName: 'gvisor', sources: { configMap: 'cm-R' }, name: 'sp-w-1', maxIdleSec: 900 }).job).volumeMounts;
-    const attach = mainOf(coldAttachJob(run, cfg, { runtimeClassName: 'gvisor', sources: { inline: { runner: 'R', deliver: 'D' } }, name: 'sp-e-1', graceSec: 5 })).volumeMounts;
-    expect(warm!.filter((m) => m.name !== 'runner')).toEqual(cold);
+    const cold = mainOf(buildJob(run, run.jobType, cfg, { runtimeClassName: 'gvisor', runnerSource: 'R' }).job).volumeMounts!;
+    const warm = mainOf(poolJob(run.jobType, cfg, { runtimeClassName: 'gvisor', sources: 'cm-R', name: 'sp-w-1', maxIdleSec: 900 }).job).volumeMounts;
+    const attach = mainOf(coldAttachJob(run, cfg, { runtimeClassName: 'gvisor', sources: 'cm-R', name: 'sp-e-1', graceSec: 5 })).volumeMounts;
+    // The same mounts, /sandpod included (the runner: from the run's Secret, or the sources ConfigMap).
+    expect(warm).toEqual(cold);
     expect(attach).toEqual(cold);
-    // The cold attach pod carries the scripts inline: no mount on the path its run waits for.
-    const attachJob = coldAttachJob(run, cfg, { runtimeClassName: 'gvisor', sources: { inline: { runner: 'R', deliver: 'D' } }, name: 'sp-e-1', graceSec: 5 });
-    expect(attachJob.spec!.template.spec!.volumes!.some((v) => v.name === 'runner')).toBe(false);
-    const attachCollector = attachJob.spec!.template.spec!.containers.find((c) => c.name === 'collector')!;
-    expect(attachCollector.command!.slice(attachCollector.command!.indexOf('-c'), attachCollector.command!.indexOf('-c') + 2)).toEqual(['-c', 'D']);
-    expect(attachCollector.volumeMounts!.some((m) => m.name === 'runner')).toBe(false);
+    const attachJob = coldAttachJob(run, cfg, { runtimeClassName: 'gvisor', sources: 'cm-R', name: 'sp-e-1', graceSec: 5 });
+    expect(attachJob.spec!.template.spec!.volumes!.find((v) => v.name === 'runner')).toEqual({ name: 'runner', configMap: { name: 'cm-R', defaultMode: 0o444 } });
+    expect(JSON.stringify(attachJob).length).toBeLessThan(10_000);
     expect(cold.filter((m) => m.readOnly).map((m) => m.mountPath)).toEqual(expect.arrayContaining(['/code', '/input']));
     // A cold attach pod's program comes as soon as its collector runs: no startup probe to pass.
-    const attachMain = mainOf(coldAttachJob(run, cfg, { runtimeClassName: 'gvisor', sources: { inline: { runner: 'R', deliver: 'D' } }, name: 'sp-e-1', graceSec: 5 }));
+    const attachMain = mainOf(coldAttachJob(run, cfg, { runtimeClassName: 'gvisor', sources: 'cm-R', name: 'sp-e-1', graceSec: 5 }));
     expect(attachMain.startupProbe).toBeUndefined();
     // ... and no ready port: its runner goes straight to the go port.
     expect(attachMain.command).not.toContain('--ready-listen');
@@ -239,14 +237,14 @@ describe('pool Job and claim', () => {
     // Its collector may have the program before main's runner listens: it waits for the runner up to
     // the run's startup limit (deliver.py's own default, 60 s, failed cold starts on a loaded node).
     const collectorOf = (j: ReturnType<typeof coldAttachJob>) => j.spec!.template.spec!.containers.find((c) => c.name === 'collector')!;
-    const slow = collectorOf(coldAttachJob({ ...run, startupTimeoutSec: 300 }, cfg, { runtimeClassName: 'gvisor', sources: { inline: { runner: 'R', deliver: 'D' } }, name: 'sp-e-1', graceSec: 5 })).command!;
+    const slow = collectorOf(coldAttachJob({ ...run, startupTimeoutSec: 300 }, cfg, { runtimeClassName: 'gvisor', sources: 'cm-R', name: 'sp-e-1', graceSec: 5 })).command!;
     expect(slow.slice(-2)).toEqual(['--connect-timeout', '300']);
     // A pool pod's collector keeps the default: its runner listened before the pod counted ready.
-    expect(collectorOf(poolJob(jobType(), cfg, { runtimeClassName: 'gvisor', sources: { configMap: 'cm-R' }, name: 'sp-w-1', maxIdleSec: 900 }).job).command).not.toContain('--connect-timeout');
+    expect(collectorOf(poolJob(jobType(), cfg, { runtimeClassName: 'gvisor', sources: 'cm-R', name: 'sp-w-1', maxIdleSec: 900 }).job).command).not.toContain('--connect-timeout');
   });
 
   it('a claim is a small JSON patch: the read resourceVersion as precondition, the run\'s labels and annotations, the claim time, a deadline counted from now', () => {
-    const { job } = poolJob(jobType(), cfg, { runtimeClassName: null, sources: { configMap: 'cm-R' }, name: 'sp-w-1', maxIdleSec: 900 });
+    const { job } = poolJob(jobType(), cfg, { runtimeClassName: null, sources: 'cm-R', name: 'sp-w-1', maxIdleSec: 900 });
     const read = { ...job, metadata: { ...job.metadata, resourceVersion: '42' }, status: { startTime: new Date(T0) } };
     const ops = claimJobPatch(read, { executionId: 'e-1', timeoutSec: 10, startupTimeoutSec: 60 }, 5, T0 + 100_000);
     expect(ops).toEqual([
