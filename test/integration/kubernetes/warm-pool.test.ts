@@ -16,7 +16,7 @@ import type { KubeApi } from '../../../src/kube/index.ts';
 import { FENCE_COMMAND, LABELS } from '../../../src/runtime/kubernetes/names.ts';
 import { handOverPayload } from '../../../src/runtime/kubernetes/runs/hand-over.ts';
 import { sourcesConfigMap, sourcesName } from '../../../src/runtime/kubernetes/runs/runner-sources.ts';
-import { FencedError, RunGoneError, type Runtime } from '../../../src/runtime/runtime.ts';
+import { FencedError, LeftRunningError, RunGoneError, type Runtime } from '../../../src/runtime/runtime.ts';
 import { DELIVER_PATH, RUNNER_PATH } from '../../../src/sandbox/paths.ts';
 import { FakeKube, jobType, spec, startRuntime, testConfig } from '../../support/kube-runtime.ts';
 
@@ -476,6 +476,30 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     attach.close();
     fake.mainStartDelayMs = 0;
     fake.releaseEvents();
+  });
+
+  it('a run given back (the service stops) while the attach to its cold pod is still opening sends nothing on it: the program never runs there', async () => {
+    // Under load an attach takes seconds to open; the run may be given back meanwhile, and its next
+    // holder may have asked the pod's claim before the collector ran. The attach, once open, must
+    // not carry the program: the collector ends with none (exit 3) and the next holder starts afresh.
+    const rt = await start({ warm_pool_size: 0, cold_start: 'attach' });
+    const ledger = path.join(mkdtempSync(path.join(tmpdir(), 'ledger-')), 'ran');
+    const s = spec({ code: `open(${JSON.stringify(ledger)}, "a").write("x")\nprint("ran")` });
+    fake.hang({ path: /\/attach$/, only: 'requests' });
+    const ac = new AbortController();
+    const going = rt.run(s, { signal: ac.signal, leaveOnShutdown: true });
+    going.catch(() => undefined);
+    await fake.waitFor(() => fake.hungRequests > 0, 10_000, 'an attach held open');
+    ac.abort('shutdown');
+    await expect(going).rejects.toBeInstanceOf(LeftRunningError);
+    const pod = fake.list('pods', NS).find((p) => p.metadata.labels?.[LABELS.executionId] === s.executionId)!.metadata.name as string;
+    fake.clearHang();
+    await fake.waitFor(() => !fake.processAlive(pod, 'collector'), 10_000, 'the collector ended');
+    await new Promise((r) => setTimeout(r, 1000)); // a program handed over would have written by now
+    expect(existsSync(ledger)).toBe(false);
+    expect(fake.logOf(pod, 'collector')).not.toMatch(/^execution$/m);
+    // The Job stays for the next holder, which finds a pod that ran nothing.
+    expect(fake.list('jobs', NS).some((j) => j.metadata.labels?.[LABELS.executionId] === s.executionId && !j.metadata.deletionTimestamp)).toBe(true);
   });
 
   it('a stale attempt (its process was taken over) that finds the new holder\'s Job, its program not handed over yet, leaves it alone', async () => {

@@ -117,7 +117,7 @@ export class AttachedRuns {
       claim.labelled.catch((err: unknown) => this.d.log.warn({ execution_id: spec.executionId, pod: podName, err: String(err) }, 'could not label the claimed pod'));
       try {
         await assertHeld(options, 'handing the program over');
-        await this.deliver(key, podName, spec, undefined, claim.early);
+        await this.deliver(key, podName, spec, options, undefined, claim.early);
       } catch (err) {
         if (err instanceof FencedError) {
           // Taken over with the pod claimed but empty: its new holder finds it (by label) and decides.
@@ -229,7 +229,7 @@ export class AttachedRuns {
   }
 
   /** Hands the program to `podName`'s collector; the run's execution starts when the runner says so. */
-  private async deliver(key: string, podName: string, spec: RunSpec, startupEndsAt?: number, opened?: CollectorAttach): Promise<void> {
+  private async deliver(key: string, podName: string, spec: RunSpec, options: RunOptions, startupEndsAt?: number, opened?: CollectorAttach): Promise<void> {
     const since = this.d.clock.now();
     // Signed now, for this run only: the pod was made before the run existed.
     const creds = await this.d.egress.forJob(spec);
@@ -239,6 +239,8 @@ export class AttachedRuns {
       limits: defaultOutputLimits(spec.maxArtifactBytes, spec.maxStdoutBytes),
       onDone: (exitCode) => this.d.controller.done(key, exitCode, this.d.clock.now()),
       onOutputs: (output) => this.d.controller.outputs(key, output),
+      // Still this process's run, still driven: not given back, taken over or cancelled meanwhile.
+      proceed: () => this.d.controller.has(key) && !options.signal?.aborted,
     }, opened);
     this.d.controller.setAttach(key, session);
     this.d.controller.delivered(key, this.d.clock.now(), since);
@@ -299,7 +301,7 @@ export class AttachedRuns {
           lastTry = now;
           try {
             await assertHeld(options, 'handing the program over');
-            await this.deliver(key, pod!.metadata!.name!, spec, startedAt + spec.startupTimeoutSec * 1000);
+            await this.deliver(key, pod!.metadata!.name!, spec, options, startedAt + spec.startupTimeoutSec * 1000);
             return;
           } catch (err) {
             // Taken over before the hand-over: the Job stays for the new holder (it sees nothing was handed over).
