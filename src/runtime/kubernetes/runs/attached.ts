@@ -35,7 +35,6 @@ const HAND_OVER_TIMEOUT_MS = 30_000;
 /** How long attaches refused while the pod's status says the collector runs are retried, ms (see deliverWhenRunning). */
 const REFUSED_WHILE_RUNNING_MS = 3000;
 
-
 /** What the attach paths need from the runtime. */
 export interface AttachedRunsDeps {
   api: KubeApi;
