@@ -478,11 +478,15 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     fake.releaseEvents();
   });
 
-  it('a run given back (the service stops) while the attach to its cold pod is still opening sends nothing on it: the program never runs there', async () => {
+  it.each([
+    ['cold', 0],
+    ['warm', 2],
+  ])('a run given back (the service stops) while the attach to its %s pod is still opening sends nothing on it: the program never runs there', async (_path, poolSize) => {
     // Under load an attach takes seconds to open; the run may be given back meanwhile, and its next
     // holder may have asked the pod's claim before the collector ran. The attach, once open, must
     // not carry the program: the collector ends with none (exit 3) and the next holder starts afresh.
-    const rt = await start({ warm_pool_size: 0, cold_start: 'attach' });
+    const rt = await start({ warm_pool_size: poolSize, cold_start: 'attach' });
+    if (poolSize > 0) await fake.waitFor(poolReady, 15_000, 'the pool ready');
     const ledger = path.join(mkdtempSync(path.join(tmpdir(), 'ledger-')), 'ran');
     const s = spec({ code: `open(${JSON.stringify(ledger)}, "a").write("x")\nprint("ran")` });
     fake.hang({ path: /\/attach$/, only: 'requests' });
@@ -491,9 +495,11 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     going.catch(() => undefined);
     await fake.waitFor(() => fake.hungRequests > 0, 10_000, 'an attach held open');
     ac.abort('shutdown');
-    await expect(going).rejects.toBeInstanceOf(LeftRunningError);
+    await fake.waitFor(() => fake.list('pods', NS).some((p) => p.metadata.labels?.[LABELS.executionId] === s.executionId), 5000, 'the run\'s pod labelled');
     const pod = fake.list('pods', NS).find((p) => p.metadata.labels?.[LABELS.executionId] === s.executionId)!.metadata.name as string;
+    // The attach opens now, after the run was given back (a warm run learns of it only then).
     fake.clearHang();
+    await expect(going).rejects.toBeInstanceOf(LeftRunningError);
     await fake.waitFor(() => !fake.processAlive(pod, 'collector'), 10_000, 'the collector ended');
     await new Promise((r) => setTimeout(r, 1000)); // a program handed over would have written by now
     expect(existsSync(ledger)).toBe(false);

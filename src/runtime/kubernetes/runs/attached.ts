@@ -75,6 +75,19 @@ export async function awaitTracked(controller: RunController, key: string, track
   }
 }
 
+/**
+ * Why a program must not be sent now, with the attach to its pod just opened (hand-over.ts
+ * `stopBeforeSending`): the run was taken over, given back on shutdown, or is no longer driven here
+ * (`tracked` false: untracked meanwhile). Null: send it. A cancel is not among them: the program goes
+ * and the run is then cancelled as any running one.
+ */
+function givenUp(options: Pick<RunOptions, 'signal' | 'leaveOnShutdown'>, tracked: boolean): Error | null {
+  const reason = options.signal?.aborted ? options.signal.reason : null;
+  if (reason === 'fenced' || !tracked) return new FencedError('the run was no longer this process\'s when the attach to its collector opened; nothing was sent');
+  if (reason === 'shutdown' && options.leaveOnShutdown) return new LeftRunningError('the service stopped while the attach to the run\'s collector opened; nothing was sent, the run is left to its next holder');
+  return null;
+}
+
 /** The warm and cold-attach paths (see the module comment). */
 export class AttachedRuns {
   private readonly ns: string;
@@ -118,8 +131,8 @@ export class AttachedRuns {
         await assertHeld(options, 'handing the program over');
         await this.deliver(key, podName, spec, options, undefined, claim.early);
       } catch (err) {
-        if (err instanceof FencedError) {
-          // Taken over with the pod claimed but empty: its new holder finds it (by label) and decides.
+        if (err instanceof FencedError || err instanceof LeftRunningError) {
+          // Taken over (or given back) with the pod claimed but empty: its next holder finds it (by label) and decides.
           this.d.controller.untrack(key, err);
           throw err;
         }
@@ -238,8 +251,7 @@ export class AttachedRuns {
       limits: defaultOutputLimits(spec.maxArtifactBytes, spec.maxStdoutBytes),
       onDone: (exitCode) => this.d.controller.done(key, exitCode, this.d.clock.now()),
       onOutputs: (output) => this.d.controller.outputs(key, output),
-      // Still this process's run, still driven: not given back, taken over or cancelled meanwhile.
-      proceed: () => this.d.controller.has(key) && !options.signal?.aborted,
+      stopBeforeSending: () => givenUp(options, this.d.controller.has(key)),
     }, opened);
     this.d.controller.setAttach(key, session);
     this.d.controller.delivered(key, this.d.clock.now(), since);
@@ -304,7 +316,7 @@ export class AttachedRuns {
             return;
           } catch (err) {
             // Taken over before the hand-over: the Job stays for the new holder (it sees nothing was handed over).
-            if (err instanceof FencedError) return c.untrack(key, err);
+            if (err instanceof FencedError || err instanceof LeftRunningError) return c.untrack(key, err);
             if (err instanceof AttachEndedError && !settled()) {
               ended = { at: this.d.clock.now(), err, pod: pod!.metadata!.name! };
               continue;

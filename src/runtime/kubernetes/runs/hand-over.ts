@@ -17,7 +17,7 @@
  */
 import { PassThrough } from 'node:stream';
 import type { AttachSession, KubeApi } from '../../../kube/index.ts';
-import { FencedError, runEnv, type RunSpec } from '../../runtime.ts';
+import { runEnv, type RunSpec } from '../../runtime.ts';
 import { CONTAINERS } from '../names.ts';
 import { CollectorStream } from './collector-stream.ts';
 import { parseOutputTar, type CollectedOutput, type OutputLimits } from './output-tar.ts';
@@ -52,14 +52,15 @@ export interface HandOverOptions {
   /** The run's egress proxy URL, with its credential: the runner points the program's proxy variables at it. */
   proxy?: string | null;
   /**
-   * Asked once the attach is open, right before the payload's first byte: false when the run is no
-   * longer this process's to start (given back on shutdown, taken over or cancelled while the attach
-   * was opening, which under load takes seconds). Nothing is sent then: the attach closes, the
-   * collector finds its stdin closed with no program (it exits 3) and the run's next holder sees a
-   * pod that ran nothing. Without this, an attach opened before the run was given back could hand
-   * the program to a collector that had not been running when the next holder asked its claim.
+   * Asked once the attach is open, right before the payload's first byte: an error when the run is
+   * no longer this process's to start (given back on shutdown or taken over while the attach was
+   * opening, which under load takes seconds), null to go on. Nothing is sent then: the attach
+   * closes, the collector finds its stdin closed with no program (it exits 3), the hand-over rejects
+   * with that error and the run's next holder sees a pod that ran nothing. Without this, an attach
+   * opened before the run was given back could hand the program to a collector that had not been
+   * running when the next holder asked its claim.
    */
-  proceed?: () => boolean;
+  stopBeforeSending?: () => Error | null;
 }
 
 /**
@@ -148,9 +149,10 @@ export async function handOver(api: Pick<KubeApi, 'attach'>, ns: string, pod: st
   const attach = opened?.pod === pod ? opened : openCollector(api, ns, pod);
   attach.listen((chunk) => stream.feed(chunk));
   session = await attach.session;
-  if (o.proceed && !o.proceed()) {
+  const stop = o.stopBeforeSending?.() ?? null;
+  if (stop) {
     session.close();
-    throw new FencedError('the run was no longer this process\'s when the attach to its collector opened; nothing was sent');
+    throw stop;
   }
   void session.ended.then(() => {
     failed('the attach to its collector ended before the program started', AttachEndedError);
