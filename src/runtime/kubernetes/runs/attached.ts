@@ -78,8 +78,9 @@ export async function awaitTracked(controller: RunController, key: string, track
 /**
  * Why a program must not be sent now, with the attach to its pod just opened (hand-over.ts
  * `stopBeforeSending`): the run was taken over, given back on shutdown, or is no longer driven here
- * (`tracked` false: untracked meanwhile). Null: send it. A cancel is not among them: the program goes
- * and the run is then cancelled as any running one.
+ * (`tracked` false: untracked meanwhile, as a cold run taken over or given back is by its abort
+ * listener; a warm run has none until its program went, hence the signal). Null: send it. A cancel is
+ * not among them: the run stays tracked, the program goes, and it is cancelled as any running run.
  */
 function givenUp(options: Pick<RunOptions, 'signal' | 'leaveOnShutdown'>, tracked: boolean): Error | null {
   const reason = options.signal?.aborted ? options.signal.reason : null;
