@@ -266,7 +266,7 @@ export function sessionPoolSizes(config: Pick<Config, 'warm_pool'>): Record<stri
 
 /** `max_input_bytes` default with the Kubernetes runtime. */
 export const KUBERNETES_DEFAULT_MAX_INPUT_BYTES = 512 * 1024;
-/** Largest code + input that fits a run's Secret next to the runner. */
+/** Largest code + input that fits a run's Secret (Kubernetes caps one at 1 MiB), with room for its input files' names. */
 export const KUBERNETES_MAX_PAYLOAD_BYTES = 900 * 1024;
 
 /** Thrown when configuration is invalid; the message names every bad key. */
@@ -319,8 +319,8 @@ export function parseConfig(raw: unknown, env: NodeJS.ProcessEnv = process.env):
   const cfg = result.output;
   cfg.workspace = path.resolve(cfg.workspace);
   if (cfg.runtime === 'kubernetes') {
-    // Code and input travel to the run pod in a Secret, which Kubernetes caps at 1 MiB (the runner
-    // rides along): a smaller default input cap, and a hard check on the sum.
+    // Code and input travel to the run pod in a Secret, which Kubernetes caps at 1 MiB: a smaller
+    // default input cap, and a hard check on the sum.
     if (merged.max_input_bytes === undefined) cfg.max_input_bytes = KUBERNETES_DEFAULT_MAX_INPUT_BYTES;
     if (cfg.max_input_bytes + cfg.max_code_bytes > KUBERNETES_MAX_PAYLOAD_BYTES) {
       throw new ConfigError(

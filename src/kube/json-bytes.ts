@@ -1,8 +1,10 @@
 /**
  * A write's JSON body as bytes, with the long strings that recur from write to write serialized
- * once. Every run's Secret carries the runner (about 67 KB of base64, one shared string): serializing
- * it and encoding it to UTF-8 again for each Secret was the largest single piece of a run's CPU in
- * the replica at 1,000 in flight (issue 20, bench/inflight.ts), and 180 KB of garbage per run. The
+ * once. Every run's Secret carried the runner (about 67 KB of base64, one shared string) until it
+ * moved to the runner sources ConfigMap: serializing it and encoding it to UTF-8 again for each
+ * Secret was the largest single piece of a run's CPU in the replica at 1,000 in flight (issue 20,
+ * bench/inflight.ts), and 180 KB of garbage per run. Kept for what still recurs (a session's or a
+ * build's long texts, the same program sent again and again by a client); it costs one map. The
  * body comes as parts, written one after the other: joining them would copy the kept 67 KB into a
  * fresh buffer per write, memory outside the heap that drives collections by its own count. The
  * parts' bytes are exactly `Buffer.from(JSON.stringify(body))`; only how they are made differs.

@@ -316,10 +316,10 @@ class KubernetesRuntime implements Runtime {
       if (!adopted && !viaSecret && this.config.kubernetes.cold_start === 'attach' && poolable(spec.jobType, spec.requirements)) return this.attached.runColdAttach(spec, options, key, startedAt, runtimeClassName);
     }
 
-    // Built only now: a warm or cold-attach run needs neither (the runner's text is most of it).
+    // Built only now: a warm or cold-attach run needs neither.
     const { secret, job } = buildJob(spec, spec.jobType, this.config, {
       runtimeClassName: runtimeClassName === false ? null : runtimeClassName,
-      runnerSource: this.runner(),
+      sources: this.sources.name(),
       egressProxy: await this.egress.forJob(spec),
     });
     const trackedJobName = adopted?.metadata?.name ?? jobName;
@@ -349,6 +349,7 @@ class KubernetesRuntime implements Runtime {
         // A claimed pool pod has no Secret: its program came through attach.
         if (!finished && !adopted.metadata?.labels?.[POOL_LABELS.pool]) await ensureSecret(this.api, this.ns, secret, adopted);
       } else {
+        await this.sources.ensure(); // the pod mounts the runner from it
         await assertHeld(options, 'creating its Job');
         const owner = await ensureJob(this.api, this.ns, job, jobName);
         // From now on the controller takes only this Job and its pods as the run's: a Job of the

@@ -72,7 +72,7 @@ describeRendered('egress proxy', () => {
   });
   const proxyDeployment = () => one(docs, 'Deployment', 'sandpod-egress-proxy');
   const podLabelsOf = (jobType: RunSpec['jobType']) =>
-    buildJob(runSpec(jobType), jobType, config, { runtimeClassName: 'gvisor', runnerSource: '#', egressProxy: { key, nowMs: 0 } }).job.spec!.template.metadata!.labels!;
+    buildJob(runSpec(jobType), jobType, config, { runtimeClassName: 'gvisor', sources: 'sandpod-runner-test', egressProxy: { key, nowMs: 0 } }).job.spec!.template.metadata!.labels!;
 
   it('is valid Kubernetes, restricted, and runs the compiled proxy from the API image', async () => {
     for (const d of [proxyDeployment(), one(docs, 'Service', 'sandpod-egress-proxy'), one(docs, 'Secret', 'sandpod-egress-key')]) {
@@ -204,7 +204,7 @@ describeRendered('egress proxy', () => {
   });
 
   it('the credential the builder signs with the rendered config verifies with the rendered key', () => {
-    const cmd = buildJob(runSpec(proxiedType), proxiedType, config, { runtimeClassName: 'gvisor', runnerSource: '#', egressProxy: { key, nowMs: 0 } }).job.spec!.template.spec!.containers[0]!.command!;
+    const cmd = buildJob(runSpec(proxiedType), proxiedType, config, { runtimeClassName: 'gvisor', sources: 'sandpod-runner-test', egressProxy: { key, nowMs: 0 } }).job.spec!.template.spec!.containers[0]!.command!;
     const url = new URL(cmd[cmd.findLastIndex((a) => a.startsWith('HTTP_PROXY=')) ]!.slice('HTTP_PROXY='.length));
     expect(url.hostname).toBe('sandpod-egress-proxy.sandpod.svc.cluster.local');
     expect(verifyEgressToken(url.password, key, 1000)).toMatchObject({ grant: { executionId: runSpec(proxiedType).executionId, allowedHosts: ['api.github.com'] } });
@@ -227,7 +227,7 @@ describeRendered('egress proxy', () => {
       expect(renderedConfig(d).kubernetes.egress_proxy).toBeNull();
       expect(one(d, 'Deployment', 'sandpod').spec.template.spec.volumes.map((x: Manifest) => x.name)).not.toContain('egress-key');
       const cfg = renderedConfig(d);
-      const labels = buildJob(runSpec(proxiedType), proxiedType, cfg, { runtimeClassName: 'gvisor', runnerSource: '#', egressProxy: null }).job.spec!.template.metadata!.labels!;
+      const labels = buildJob(runSpec(proxiedType), proxiedType, cfg, { runtimeClassName: 'gvisor', sources: 'sandpod-runner-test', egressProxy: null }).job.spec!.template.metadata!.labels!;
       expect(selects(one(d, 'NetworkPolicy', 'sandpod-runs-bridge-egress').spec.podSelector, labels)).toBe(true);
     });
   });

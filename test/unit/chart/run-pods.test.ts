@@ -68,7 +68,7 @@ function runJob(jobTypeName: string, cfg: Config = config): Manifest {
   };
   const { job } = buildJob(spec, jobType, cfg, {
     runtimeClassName: config.kubernetes.runtime_class,
-    runnerSource: '# runner',
+    sources: 'sandpod-runner-test',
   });
   return job as Manifest;
 }

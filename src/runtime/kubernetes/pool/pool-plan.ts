@@ -22,7 +22,7 @@ import type { RunSpec } from '../../runtime.ts';
 import { SECRET_KEYS, buildJob, builtImage, extraRequirements, jobDeadlineSeconds, type BuildJobConfig } from '../runs/build-job.ts';
 import { ANNOTATIONS, CLAIM_FILE, CONTAINERS, LABELS, RELEASE_FILE, executionLabel } from '../names.ts';
 import { toMs } from '../runs/decide.ts';
-import { SOURCES_DIR, SOURCE_FILES, sourcesVolume } from '../runs/runner-sources.ts';
+import { SOURCES_DIR, SOURCE_FILES } from '../runs/runner-sources.ts';
 
 /**
  * Whether runs of a JobType can come from a pool pod (or a cold attach pod): every run that installs
@@ -104,7 +104,7 @@ function buildPoolJobBody(jobType: JobType, config: BuildJobConfig, opts: PoolJo
     maxStdoutBytes: 0,
     maxArtifactBytes: 0,
   };
-  const { job } = buildJob(placeholder, jobType, config, { runtimeClassName: opts.runtimeClassName, runnerSource: '', egressAtClaim: true });
+  const { job } = buildJob(placeholder, jobType, config, { runtimeClassName: opts.runtimeClassName, sources: opts.sources, egressAtClaim: true });
   const tpl = job.spec!.template;
   const podSpec = tpl.spec!;
   const strip = (m: Record<string, string> | undefined, keys: string[]) => Object.fromEntries(Object.entries(m ?? {}).filter(([k]) => !keys.includes(k)));
@@ -151,7 +151,7 @@ function buildPoolJobBody(jobType: JobType, config: BuildJobConfig, opts: PoolJo
     '--output',
     '/output',
   ];
-  const volumes = (podSpec.volumes ?? []).map((v) => (v.name === 'code' || v.name === 'input' ? { name: v.name, emptyDir: { sizeLimit: DELIVERY_VOLUME_LIMIT } } : v.name === 'runner' ? sourcesVolume(opts.sources) : v));
+  const volumes = (podSpec.volumes ?? []).map((v) => (v.name === 'code' || v.name === 'input' ? { name: v.name, emptyDir: { sizeLimit: DELIVERY_VOLUME_LIMIT } } : v));
   // main first: the kubelet starts a pod's containers one after the other, in order, and main's
   // runner (an interpreter start under gVisor, about a second on a busy node) is the long pole of a
   // cold attach run; the collector is started, attached to and handed the program meanwhile (with the

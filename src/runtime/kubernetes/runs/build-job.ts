@@ -1,6 +1,7 @@
 /**
- * The pure builder of a run's Kubernetes objects: a Secret with the code, the input and the runner,
- * and a batch/v1 Job whose pod runs `deps` (init, optional), `main` (the runner) and `collector`.
+ * The pure builder of a run's Kubernetes objects: a Secret with the code and the input, and a
+ * batch/v1 Job whose pod runs `deps` (init, optional), `main` (the runner) and `collector`. The
+ * runner comes from the runner sources ConfigMap (runs/runner-sources.ts), mounted at /sandpod.
  * Only fields that exist in Kubernetes 1.20 are used (no `suspend`, `podFailurePolicy`, ...).
  */
 import type { V1Job, V1Secret, V1Container, V1Volume, V1SecurityContext, V1PodSecurityContext, V1PodSpec } from '@kubernetes/client-node';
@@ -10,6 +11,7 @@ import { egressProxyUrl } from '../../../egress/token.ts';
 import { runEnv, type RunSpec } from '../../runtime.ts';
 import { BUILT_SITE_DIR, builtImage, extraRequirements } from './job-parts.ts';
 export { BUILT_SITE_DIR, builtImage, extraRequirements, ownSecret } from './job-parts.ts';
+import { sourcesVolume } from './runner-sources.ts';
 import { ANNOTATIONS, CONTAINERS, LABELS, MANAGED_BY, POD_UID, RELEASE_FILE, executionLabel, jobNameFor, restrictedContainerSecurity } from '../names.ts';
 
 /** The two objects of one run. The Secret gets its owner reference once the Job's uid is known. */
@@ -22,8 +24,11 @@ export interface RunObjects {
 export interface BuildJobOptions {
   /** RuntimeClass to run under, or null for the cluster default (only allowed in `permissive`). */
   runtimeClassName: string | null;
-  /** Text of `src/sandbox/runner.py`: shipped in the Secret so every image runs the service's own runner. */
-  runnerSource: string;
+  /**
+   * The runner sources ConfigMap's name (runs/runner-sources.ts): mounted read-only at /sandpod, so
+   * every image runs the service's own runner, and no run's Secret carries its ≈ 70 KB.
+   */
+  sources: string;
   /**
    * With `kubernetes.egress_proxy`: the key its credentials are signed with and the time of signing
    * (ms). Bridge types with `allowed_hosts` then reach the network through the proxy only. `address`:
@@ -70,7 +75,7 @@ export function inputFileKey(i: number): string {
 }
 
 /** Secret keys and where they are mounted. */
-export const SECRET_KEYS = { code: 'main.py', input: 'data.json', runner: 'runner.py' } as const;
+export const SECRET_KEYS = { code: 'main.py', input: 'data.json' } as const;
 
 const SAFE_PATH = '/usr/local/bin:/usr/bin:/bin';
 /** The collector only runs `sh`, `sleep` and `tar`: its limits, and its requests in a pod that is not Guaranteed. */
@@ -80,18 +85,6 @@ const COLLECTOR_REQUESTS = { cpu: '10m', memory: '32Mi', 'ephemeral-storage': '1
 const DEPS_EPHEMERAL_STORAGE = 1024 ** 3;
 const MIN_MAIN_EPHEMERAL_STORAGE = 256 * 1024 ** 2;
 const ENV_NAME_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;
-
-let lastRunner: { source: string; base64: string } | null = null;
-
-/**
- * The runner (about 50 KB) in base64, encoded once and shared: a run's Secret lives as long as the
- * run is awaited, and a fresh 67 KB copy in each was most of what a run in flight cost a replica
- * (issue 20, bench/inflight.ts).
- */
-function runnerBase64(source: string): string {
-  if (lastRunner?.source !== source) lastRunner = { source, base64: Buffer.from(source, 'utf8').toString('base64') };
-  return lastRunner.base64;
-}
 
 /** A service-style size (`512m` = 512 MiB) as a Kubernetes quantity (`512Mi`). */
 export function toQuantity(size: string | number): string {
@@ -332,7 +325,7 @@ export function buildJob(spec: RunSpec, jobType: JobType, config: BuildJobConfig
   const volumes: V1Volume[] = [
     secretVolume('code', SECRET_KEYS.code),
     secretVolume('input', SECRET_KEYS.input, inputFiles.map((f, i) => ({ key: inputFileKey(i), path: `files/${f.name}` }))),
-    secretVolume('runner', SECRET_KEYS.runner),
+    sourcesVolume(opts.sources),
     { name: 'output', emptyDir: {} },
     { name: 'tmp', emptyDir: {} },
     { name: 'control', emptyDir: { sizeLimit: '1Mi' } },
@@ -374,7 +367,6 @@ export function buildJob(spec: RunSpec, jobType: JobType, config: BuildJobConfig
     data: {
       [SECRET_KEYS.code]: Buffer.from(spec.code, 'utf8').toString('base64'),
       [SECRET_KEYS.input]: Buffer.from(spec.inputJson, 'utf8').toString('base64'),
-      [SECRET_KEYS.runner]: runnerBase64(opts.runnerSource),
       ...Object.fromEntries(inputFiles.map((f, i) => [inputFileKey(i), f.data.toString('base64')])),
     },
   };

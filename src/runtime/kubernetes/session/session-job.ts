@@ -70,7 +70,7 @@ export function sessionJob(jobType: JobType, config: BuildJobConfig, o: SessionJ
     maxStdoutBytes: 0,
     maxArtifactBytes: 0,
   };
-  const { job } = buildJob(placeholder, jobType, config, { runtimeClassName: o.runtimeClassName, runnerSource: '', egressProxy: o.egressProxy ?? null });
+  const { job } = buildJob(placeholder, jobType, config, { runtimeClassName: o.runtimeClassName, sources: '', egressProxy: o.egressProxy ?? null });
   const podSpec = job.spec!.template.spec!;
   const strip = (m: Record<string, string> | undefined) => Object.fromEntries(Object.entries(m ?? {}).filter(([k]) => k !== LABELS.executionId));
   const labels = { ...strip(job.metadata?.labels), ...(o.sessionId !== null ? { [SESSION_LABELS.sessionId]: o.sessionId } : {}) };

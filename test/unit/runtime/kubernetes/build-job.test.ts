@@ -24,7 +24,7 @@ const spec = (o: Partial<RunSpec> = {}): RunSpec => ({
   maxArtifactBytes: 5242880,
   ...o,
 });
-const opts = { runtimeClassName: 'gvisor', runnerSource: '# runner.py (stub for snapshots)\n' };
+const opts = { runtimeClassName: 'gvisor', sources: 'sandpod-runner-0123456789abcdef' };
 
 const dataType = jt({ name: 'data', requirements: ['numpy', 'pandas'], memory_limit: '1g', cpu_limit: 2, timeout: 60 });
 const httpType = jt({ name: 'http', network: { mode: 'bridge', allowed_hosts: ['api.github.com'] }, env: { API_BASE: 'https://api.github.com', 'bad-name': 'x' } });
@@ -315,7 +315,21 @@ describe('input files (issue 19)', () => {
 
   it('a run without files has the Secret and volume it always had', () => {
     const { secret, job } = buildJob(spec(), jt(), config, opts);
-    expect(Object.keys(secret.data!).sort()).toEqual(['data.json', 'main.py', 'runner.py']);
+    expect(Object.keys(secret.data!).sort()).toEqual(['data.json', 'main.py']);
     expect(job.spec!.template.spec!.volumes!.find((v) => v.name === 'input')!.secret!.items).toEqual([{ key: 'data.json', path: 'data.json' }]);
+  });
+});
+
+describe('buildJob: the runner', () => {
+  it('comes from the runner sources ConfigMap, read-only for everyone, not from the run\'s Secret', () => {
+    const { secret, job } = buildJob(spec(), jt(), config, opts);
+    const pod = job.spec!.template.spec!;
+    expect(pod.volumes!.find((v) => v.name === 'runner')).toEqual({ name: 'runner', configMap: { name: opts.sources, defaultMode: 0o444 } });
+    const main = pod.containers.find((c) => c.name === 'main')!;
+    expect(main.volumeMounts!.find((m) => m.name === 'runner')).toMatchObject({ mountPath: '/sandpod', readOnly: true });
+    expect(main.command).toContain('/sandpod/runner.py');
+    expect(Object.keys(secret.data!)).not.toContain('runner.py');
+    // The Secret is the run's own bytes: a one-line program and its input.
+    expect(JSON.stringify(secret).length).toBeLessThan(1024);
   });
 });

@@ -64,7 +64,7 @@ describe('runs of a built type', () => {
   const imageRef = 'registry.example.com/sandpod/builds/data@sha256:' + 'b'.repeat(64);
   const built = jt({ build: { id: 'b1', digest: 'c'.repeat(64), imageRef, pythonVersion: '3.11', lock: [], version: 'latest', builtAt: new Date(0) } });
   const spec = (t: JobType, requirements: string[]): RunSpec => ({ executionId: 'e1', code: '', inputJson: '{}', jobType: t, timeoutSec: 5, startupTimeoutSec: 5, requirements, maxStdoutBytes: 10, maxArtifactBytes: 10 });
-  const opts = { runtimeClassName: null, runnerSource: '' };
+  const opts = { runtimeClassName: null, sources: 'sandpod-runner-test' };
 
   it.each([
     { name: 'unbuilt: executor image, deps init container', t: jt(), reqs: ['tinypkg'], image: 'registry.example.com/sandpod/executor@sha256:' + 'a'.repeat(64), deps: ['tinypkg'], paths: ['/deps'] },

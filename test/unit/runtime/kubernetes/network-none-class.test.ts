@@ -48,19 +48,19 @@ describe('every run-pod builder uses it', () => {
 
   it('cold Job, pool Job and cold-attach Job of a network none type get the network-none class', () => {
     const c = cfg('gvisor-nonet');
-    expect(rc(buildJob(spec(), noneType, c, { runtimeClassName: 'gvisor', runnerSource: '' }).job)).toBe('gvisor-nonet');
+    expect(rc(buildJob(spec(), noneType, c, { runtimeClassName: 'gvisor', sources: 'sandpod-runner-test' }).job)).toBe('gvisor-nonet');
     expect(rc(poolJob(noneType, c, { runtimeClassName: 'gvisor', sources: 'cm', name: 'p', maxIdleSec: 60 }).job)).toBe('gvisor-nonet');
     expect(rc(coldAttachJob(spec(), c, { runtimeClassName: 'gvisor', sources: 'cm-', name: 'c', graceSec: 5 }))).toBe('gvisor-nonet');
   });
 
   it('bridge types keep the ordinary class on every path', () => {
     const c = cfg('gvisor-nonet');
-    expect(rc(buildJob(spec(bridgeType), bridgeType, c, { runtimeClassName: 'gvisor', runnerSource: '' }).job)).toBe('gvisor');
+    expect(rc(buildJob(spec(bridgeType), bridgeType, c, { runtimeClassName: 'gvisor', sources: 'sandpod-runner-test' }).job)).toBe('gvisor');
     expect(rc(poolJob(bridgeType, c, { runtimeClassName: 'gvisor', sources: 'cm', name: 'p', maxIdleSec: 60 }).job)).toBe('gvisor');
     expect(rc(coldAttachJob(spec(bridgeType), c, { runtimeClassName: 'gvisor', sources: 'cm-', name: 'c', graceSec: 5 }))).toBe('gvisor');
   });
 
   it('unset, nothing changes: every type keeps the one class', () => {
-    expect(rc(buildJob(spec(), noneType, cfg(null), { runtimeClassName: 'gvisor', runnerSource: '' }).job)).toBe('gvisor');
+    expect(rc(buildJob(spec(), noneType, cfg(null), { runtimeClassName: 'gvisor', sources: 'sandpod-runner-test' }).job)).toBe('gvisor');
   });
 });

@@ -217,7 +217,7 @@ describe('pool Job and claim', () => {
   it('cold, warm and cold-attach pods give main the same mounts (one builder): code and input read-only', () => {
     const run = { executionId: 'e-1', code: 'x', inputJson: '{}', jobType: jobType(), timeoutSec: 10, startupTimeoutSec: 60, requirements: [], maxStdoutBytes: 100, maxArtifactBytes: 100 };
     const mainOf = (j: V1Job) => j.spec!.template.spec!.containers.find((c) => c.name === 'main')!;
-    const cold = mainOf(buildJob(run, run.jobType, cfg, { runtimeClassName: 'gvisor', runnerSource: 'R' }).job).volumeMounts!;
+    const cold = mainOf(buildJob(run, run.jobType, cfg, { runtimeClassName: 'gvisor', sources: 'sandpod-runner-test' }).job).volumeMounts!;
     const warm = mainOf(poolJob(run.jobType, cfg, { runtimeClassName: 'gvisor', sources: 'cm-R', name: 'sp-w-1', maxIdleSec: 900 }).job).volumeMounts;
     const attach = mainOf(coldAttachJob(run, cfg, { runtimeClassName: 'gvisor', sources: 'cm-R', name: 'sp-e-1', graceSec: 5 })).volumeMounts;
     // The same mounts, /sandpod included (the runner: from the run's Secret, or the sources ConfigMap).
