@@ -1,6 +1,7 @@
 /**
  * Where the sandbox runner lives. Every runtime runs this one file (locally it is copied into each
- * engine's root; on Kubernetes it is shipped in the run's Secret), so it is named here once.
+ * engine's root; on Kubernetes every pod mounts it from the runner sources ConfigMap), so it is named
+ * here once.
  *
  * The runner is one Python file to the sandbox but several to us: its source is the parts under
  * `runner/` (`NN-name.py`, one concern each), joined in name order (src/util/python-parts.ts);

@@ -9,14 +9,13 @@
  * retried attempt picks up what an earlier one left. Once the run is tracked, the controller's work
  * queue retries its own calls with backoff, outside the breaker.
  */
-import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { systemClock, type Clock } from '../../clock.ts';
 import type { Config } from '../../config.ts';
 import { KubeApi, defaultKubeConfig } from '../../kube/index.ts';
 import { silentLogger, type Logger } from '../../logger.ts';
-import { RUNNER_PATH, SESSION_COLLECTOR_PATH } from '../../sandbox/paths.ts';
+import { RUNNER_PATH } from '../../sandbox/paths.ts';
 import { baseObservation, emptyRun } from '../run-output.ts';
 import { patchJobTypeStatus } from '../../jobtypes/kubernetes-registry.ts';
 import { KubernetesBuilder } from './builds/builder.ts';
@@ -163,8 +162,7 @@ class KubernetesRuntime implements Runtime {
       ...(t.podGoneGraceMs !== undefined ? { podGoneGraceMs: t.podGoneGraceMs } : {}),
       ...(t.handOverTimeoutMs !== undefined ? { handOverTimeoutMs: t.handOverTimeoutMs } : {}),
     });
-    const collector = readFileSync(SESSION_COLLECTOR_PATH, 'utf8');
-    this.sessions = new KubeSessions({ api: this.api, config, pods: this.controller.pods, jobs: this.controller.jobs, clock: this.clock, log: this.log, runtimeClassName: () => this.runtimeClass.forRun(), runnerSource: () => this.runner(), collectorSource: () => collector, egress: this.egress });
+    this.sessions = new KubeSessions({ api: this.api, config, pods: this.controller.pods, jobs: this.controller.jobs, clock: this.clock, log: this.log, runtimeClassName: () => this.runtimeClass.forRun(), sources: this.sources, egress: this.egress });
     this.earlierDeps = { api: this.api, controller: this.controller, attached: this.attached, ns: this.ns, instance: config.kubernetes.instance, log: this.log };
     if (config.kubernetes.build_registry) {
       this.builder = new KubernetesBuilder({

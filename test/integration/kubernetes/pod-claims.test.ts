@@ -4,7 +4,6 @@
  * runtime runs it, may already hold the program; only the runtime's own refusal, with the status,
  * makes "never reached" believable.
  */
-import { readFileSync } from 'node:fs';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { systemClock } from '../../../src/clock.ts';
@@ -13,14 +12,12 @@ import { FENCE_COMMAND, LABELS } from '../../../src/runtime/kubernetes/names.ts'
 import { coldAttachJob } from '../../../src/runtime/kubernetes/pool/pool-plan.ts';
 import { PodClaims, runtimeSaysNotRunning } from '../../../src/runtime/kubernetes/runs/claim.ts';
 import { handOverPayload } from '../../../src/runtime/kubernetes/runs/hand-over.ts';
-import { sourcesConfigMap, sourcesName } from '../../../src/runtime/kubernetes/runs/runner-sources.ts';
+import { shippedSources, sourcesConfigMap, sourcesName } from '../../../src/runtime/kubernetes/runs/runner-sources.ts';
 import type { RunSpec } from '../../../src/runtime/runtime.ts';
-import { DELIVER_PATH, RUNNER_PATH } from '../../../src/sandbox/paths.ts';
 import { FakeKube, spec, testConfig } from '../../support/kube-runtime.ts';
 
 const NS = 'sandpod-jobs';
-const runner = readFileSync(RUNNER_PATH, 'utf8');
-const deliver = readFileSync(DELIVER_PATH, 'utf8');
+const texts = shippedSources();
 
 describe('runtimeSaysNotRunning: which exec refusals speak for the container runtime', () => {
   it.each([
@@ -57,8 +54,8 @@ describe('PodClaims on the fake API server (real runner and deliver.py)', () => 
 
   async function attachPod(s: RunSpec, started = true): Promise<string> {
     const cfg = testConfig({ kubernetes: { executor_image: 'sandpod/executor:test', deadline_grace_seconds: 5, preflight: false } });
-    await api.createConfigMap(sourcesConfigMap(NS, 'sandpod', runner, deliver)).catch(() => undefined); // made once per fake
-    await api.createJob(coldAttachJob(s, cfg, { name: `sp-${s.executionId}`, runtimeClassName: 'gvisor', sources: sourcesName(runner, deliver), graceSec: 5 }));
+    await api.createConfigMap(sourcesConfigMap(NS, 'sandpod', texts)).catch(() => undefined); // made once per fake
+    await api.createJob(coldAttachJob(s, cfg, { name: `sp-${s.executionId}`, runtimeClassName: 'gvisor', sources: sourcesName(texts), graceSec: 5 }));
     const find = () => fake.list('pods', NS).find((p) => p.metadata.labels?.[LABELS.executionId] === s.executionId)?.metadata.name as string | undefined;
     await fake.waitFor(() => !!find() && (!started || fake.processAlive(find()!, 'collector')), 5000, 'the pod (and its collector process)');
     return find()!;

@@ -37,18 +37,21 @@ describe('RunnerSources against the fake API server', () => {
     await fake.close();
   });
 
-  it('ensure creates the ConfigMap (immutable, both texts) once; gone, it comes back after a minute; the leader removes an unused one', async () => {
+  it('ensure creates the ConfigMap (immutable, all three texts) once; gone, it comes back after a minute; the leader removes an unused one', async () => {
     let now = T0;
     const api = new KubeApi(fake.kubeConfig());
-    const sources = new RunnerSources({ api, namespace: NS, instance: 'i1', clock: { now: () => now }, log: silentLogger, runner: 'RUNNER', deliver: 'DELIVER' });
-    const name = sourcesName('RUNNER', 'DELIVER');
+    const sources = new RunnerSources({ api, namespace: NS, instance: 'i1', clock: { now: () => now }, log: silentLogger, runner: 'RUNNER', deliver: 'DELIVER', session: 'SESSION' });
+    const texts = { runner: 'RUNNER', deliver: 'DELIVER', session: 'SESSION' };
+    const name = sourcesName(texts);
     expect(sources.name()).toBe(name);
     // Another text, another name: a service of another version mounts its own.
-    expect(sourcesName('RUNNER2', 'DELIVER')).not.toBe(name);
+    for (const key of ['runner', 'deliver', 'session'] as const) expect(sourcesName({ ...texts, [key]: `${texts[key]}2` }), key).not.toBe(name);
+    // The texts are hashed apart: moving a byte from one to the next gives another name.
+    expect(sourcesName({ runner: 'RUNNERD', deliver: 'ELIVER', session: 'SESSION' })).not.toBe(name);
     await Promise.all([sources.ensure(), sources.ensure()]);
     const made = fake.get('configmaps', NS, name)!;
     expect(made.immutable).toBe(true);
-    expect(made.data).toEqual({ 'runner.py': 'RUNNER', 'deliver.py': 'DELIVER' });
+    expect(made.data).toEqual({ 'runner.py': 'RUNNER', 'deliver.py': 'DELIVER', 'session-collector.py': 'SESSION' });
     const creates = () => fake.requests.filter((r) => r.method === 'POST' && r.path.endsWith('/configmaps')).length;
     expect(creates()).toBe(1);
 
@@ -67,10 +70,10 @@ describe('RunnerSources against the fake API server', () => {
     expect(creates()).toBe(3);
 
     // An older version's ConfigMap of this instance, and another instance's: only ours, when unused, goes.
-    await api.createConfigMap(sourcesConfigMap(NS, 'i1', 'OLD', 'DELIVER'));
-    await api.createConfigMap(sourcesConfigMap(NS, 'i2', 'OTHER', 'DELIVER'));
+    await api.createConfigMap(sourcesConfigMap(NS, 'i1', { ...texts, runner: 'OLD' }));
+    await api.createConfigMap(sourcesConfigMap(NS, 'i2', { ...texts, runner: 'OTHER' }));
     now = Date.now() + SOURCES_MIN_AGE_MS;
     await sources.collectGarbage([]);
-    expect(fake.list('configmaps', NS).map((c) => c.metadata.name).sort()).toEqual([name, sourcesName('OTHER', 'DELIVER')].sort());
+    expect(fake.list('configmaps', NS).map((c) => c.metadata.name).sort()).toEqual([name, sourcesName({ ...texts, runner: 'OTHER' })].sort());
   });
 });

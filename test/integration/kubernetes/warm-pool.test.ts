@@ -15,19 +15,18 @@ import { POOL_LABELS, coldAttachJob } from '../../../src/runtime/kubernetes/pool
 import type { KubeApi } from '../../../src/kube/index.ts';
 import { FENCE_COMMAND, LABELS } from '../../../src/runtime/kubernetes/names.ts';
 import { handOverPayload } from '../../../src/runtime/kubernetes/runs/hand-over.ts';
-import { sourcesConfigMap, sourcesName } from '../../../src/runtime/kubernetes/runs/runner-sources.ts';
+import { shippedSources, sourcesConfigMap, sourcesName } from '../../../src/runtime/kubernetes/runs/runner-sources.ts';
 import { FencedError, LeftRunningError, RunGoneError, type Runtime } from '../../../src/runtime/runtime.ts';
-import { DELIVER_PATH, RUNNER_PATH } from '../../../src/sandbox/paths.ts';
 import { FakeKube, jobType, spec, startRuntime, testConfig } from '../../support/kube-runtime.ts';
 
 const NS = 'sandpod-jobs';
-const runnerSource = readFileSync(RUNNER_PATH, 'utf8');
-const deliverSource = readFileSync(DELIVER_PATH, 'utf8');
+const TEXTS = shippedSources();
+const runnerSource = TEXTS.runner;
 /** The sources ConfigMap attach pods mount (runs/runner-sources.ts). */
-const SOURCES = sourcesName(runnerSource, deliverSource);
+const SOURCES = sourcesName(TEXTS);
 /** Creates an attach Job as a service process does: its sources ConfigMap first. */
 async function createAttachJob(api: KubeApi, job: V1Job): Promise<void> {
-  await api.createConfigMap(sourcesConfigMap(NS, 'sandpod', runnerSource, deliverSource));
+  await api.createConfigMap(sourcesConfigMap(NS, 'sandpod', TEXTS));
   await api.createJob(job);
 }
 let fake: FakeKube;

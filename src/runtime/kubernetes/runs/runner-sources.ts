@@ -1,7 +1,9 @@
 /**
- * The runner and the collector's delivery script as attach pods (pool and cold attach) get them: from
- * one immutable ConfigMap per version of the two texts, in the runs namespace, mounted read-only at
- * `/sandpod` in both containers. Inline in the commands (`python3 -c <text>`), the ≈ 85 KB of the two
+ * The runner and the collectors' scripts (deliver.py for attach pods, session-collector.py for
+ * session pods) as every run and session pod gets them: from one immutable ConfigMap per version of
+ * the texts, in the runs namespace, mounted read-only at `/sandpod` in both containers (a `secret`
+ * cold run's pod mounts it as well: its Secret then holds only the run's own bytes). Inline in the
+ * commands (`python3 -c <text>`), the ≈ 85 KB of the two
  * made every such Job and pod that large: each create, each claim's patch, each watch event of the
  * Job and its pod, each status update the kubelet writes carried them through the API server and
  * etcd (a claim's patch took 19 ms against 12 ms for a small Job on kcluster; a cold attach run's pod
@@ -19,14 +21,29 @@ import type { V1ConfigMap, V1Job } from '@kubernetes/client-node';
 import type { Clock } from '../../../clock.ts';
 import type { KubeApi } from '../../../kube/index.ts';
 import type { Logger } from '../../../logger.ts';
-import { DELIVER_PATH, RUNNER_PATH } from '../../../sandbox/paths.ts';
+import { DELIVER_PATH, RUNNER_PATH, SESSION_COLLECTOR_PATH } from '../../../sandbox/paths.ts';
 import { LABELS, MANAGED_BY } from '../names.ts';
 import { toMs } from './decide.ts';
 
 /** Where attach pods mount the texts. */
 export const SOURCES_DIR = '/sandpod';
 /** The ConfigMap's keys, which are the files' names under {@link SOURCES_DIR}. */
-export const SOURCE_FILES = { runner: 'runner.py', deliver: 'deliver.py' } as const;
+export const SOURCE_FILES = { runner: 'runner.py', deliver: 'deliver.py', session: 'session-collector.py' } as const;
+/** The texts the ConfigMap holds, by {@link SOURCE_FILES} key. */
+export type SourceTexts = Record<keyof typeof SOURCE_FILES, string>;
+
+/** The texts as this checkout ships them (src/sandbox, or dist/sandbox once built). */
+export function shippedSources(): SourceTexts {
+  return { runner: readFileSync(RUNNER_PATH, 'utf8'), deliver: readFileSync(DELIVER_PATH, 'utf8'), session: readFileSync(SESSION_COLLECTOR_PATH, 'utf8') };
+}
+
+/** What a builder of pods that mount the ConfigMap needs of {@link RunnerSources}. */
+export interface SourcesRef {
+  /** The ConfigMap's name. */
+  name(): string;
+  /** Makes sure it exists; called before a Job whose pod mounts it is created. */
+  ensure(): Promise<void>;
+}
 /** The label that marks a sources ConfigMap. */
 export const SOURCES_LABEL = 'sandpod.io/runner-sources';
 /** How long an unused sources ConfigMap is kept (a pod of another version may be about to mount it). */
@@ -35,19 +52,21 @@ export const SOURCES_MIN_AGE_MS = 10 * 60_000;
 const ENSURE_EVERY_MS = 60_000;
 
 /** The ConfigMap's name for these texts. Pure. */
-export function sourcesName(runner: string, deliver: string): string {
-  const h = createHash('sha256').update(runner).update('\0').update(deliver).digest('hex').slice(0, 16);
-  return `sandpod-runner-${h}`;
+export function sourcesName(texts: SourceTexts): string {
+  const h = createHash('sha256');
+  for (const key of Object.keys(SOURCE_FILES).sort() as (keyof SourceTexts)[]) h.update(key).update('\0').update(texts[key]).update('\0');
+  const hex = h.digest('hex').slice(0, 16);
+  return `sandpod-runner-${hex}`;
 }
 
 /** The ConfigMap itself. Pure. */
-export function sourcesConfigMap(namespace: string, instance: string, runner: string, deliver: string): V1ConfigMap {
+export function sourcesConfigMap(namespace: string, instance: string, texts: SourceTexts): V1ConfigMap {
   return {
     apiVersion: 'v1',
     kind: 'ConfigMap',
-    metadata: { name: sourcesName(runner, deliver), namespace, labels: { [LABELS.managedBy]: MANAGED_BY, [LABELS.instance]: instance, [SOURCES_LABEL]: 'true' } },
+    metadata: { name: sourcesName(texts), namespace, labels: { [LABELS.managedBy]: MANAGED_BY, [LABELS.instance]: instance, [SOURCES_LABEL]: 'true' } },
     immutable: true,
-    data: { [SOURCE_FILES.runner]: runner, [SOURCE_FILES.deliver]: deliver },
+    data: { [SOURCE_FILES.runner]: texts.runner, [SOURCE_FILES.deliver]: texts.deliver, [SOURCE_FILES.session]: texts.session },
   };
 }
 
@@ -87,12 +106,14 @@ export interface RunnerSourcesOptions {
   /** The texts; default: read from `src/sandbox` once, when first needed. */
   runner?: string;
   deliver?: string;
+  session?: string;
 }
 
 /** The texts, their ConfigMap's name, and the API calls that keep it there (see the module comment). */
-export class RunnerSources {
+export class RunnerSources implements SourcesRef {
   private runnerText: string | null;
   private deliverText: string | null;
+  private sessionText: string | null;
   private ensuredAt: number | null = null;
   private ensuring: Promise<void> | null = null;
   private nameOf: string | null = null;
@@ -100,6 +121,7 @@ export class RunnerSources {
   constructor(private readonly o: RunnerSourcesOptions) {
     this.runnerText = o.runner ?? null;
     this.deliverText = o.deliver ?? null;
+    this.sessionText = o.session ?? null;
   }
 
   runner(): string {
@@ -110,9 +132,17 @@ export class RunnerSources {
     return (this.deliverText ??= readFileSync(DELIVER_PATH, 'utf8'));
   }
 
+  session(): string {
+    return (this.sessionText ??= readFileSync(SESSION_COLLECTOR_PATH, 'utf8'));
+  }
+
+  private texts(): SourceTexts {
+    return { runner: this.runner(), deliver: this.deliver(), session: this.session() };
+  }
+
   /** The ConfigMap's name. */
   name(): string {
-    return (this.nameOf ??= sourcesName(this.runner(), this.deliver()));
+    return (this.nameOf ??= sourcesName(this.texts()));
   }
 
   /** Makes sure the ConfigMap exists before a pod that mounts it is made (at most one create a minute). */
@@ -121,7 +151,7 @@ export class RunnerSources {
     if (this.ensuredAt !== null && now - this.ensuredAt < ENSURE_EVERY_MS) return;
     this.ensuring ??= (async () => {
       try {
-        const made = await this.o.api.createConfigMap(sourcesConfigMap(this.o.namespace, this.o.instance, this.runner(), this.deliver()));
+        const made = await this.o.api.createConfigMap(sourcesConfigMap(this.o.namespace, this.o.instance, this.texts()));
         if (made) this.o.log.info({ configmap: this.name() }, 'created the runner sources ConfigMap');
         this.ensuredAt = this.o.clock.now();
       } finally {

@@ -9,8 +9,10 @@
  * - the `collector` runs session-collector.py with stdin attached (`stdin`, not `stdinOnce`: a
  *   restarted service attaches again): it writes each cell's code and input into the volumes `main`
  *   mounts read-only, does the files API in /workspace and hands back and empties /output per cell;
- * - runner and collector are in the commands (`python3 -c`), so no Secret holds anything of the
- *   session; the session's requirements, if any, come from the run Job's `deps` init container;
+ * - runner and collector come from the runner sources ConfigMap (runs/runner-sources.ts), mounted
+ *   read-only at /sandpod in both containers, so no Secret holds anything of the session and the
+ *   Job is a few KB; the session's requirements, if any, come from the run Job's `deps` init
+ *   container;
  * - its deadline is the session's lifetime plus slack; the session id is a label, so a restarted
  *   service finds the pod again.
  */
@@ -20,6 +22,7 @@ import type { RunSpec } from '../../runtime.ts';
 import { SECRET_KEYS, buildJob, type BuildJobConfig, type EgressProxyCredentials } from '../runs/build-job.ts';
 import { CONTAINERS, LABELS } from '../names.ts';
 import { GO_PORT } from '../pool/pool-plan.ts';
+import { SOURCES_DIR, SOURCE_FILES } from '../runs/runner-sources.ts';
 
 /** Labels of session Jobs and pods only. */
 export const SESSION_LABELS = {
@@ -41,9 +44,8 @@ export interface SessionJobOptions {
   /** The Job's name (from the session id, or the pool's random one). */
   name: string;
   runtimeClassName: string | null;
-  runnerSource: string;
-  /** Text of `src/sandbox/session-collector.py`. */
-  collectorSource: string;
+  /** The runner sources ConfigMap's name (its runner and session-collector.py are mounted). */
+  sources: string;
   /** The session's requirements beyond its job type's built image (installed by `deps`). */
   requirements: readonly string[];
   /** The session's lifetime, s: the Job's deadline is this plus slack. */
@@ -70,7 +72,7 @@ export function sessionJob(jobType: JobType, config: BuildJobConfig, o: SessionJ
     maxStdoutBytes: 0,
     maxArtifactBytes: 0,
   };
-  const { job } = buildJob(placeholder, jobType, config, { runtimeClassName: o.runtimeClassName, sources: '', egressProxy: o.egressProxy ?? null });
+  const { job } = buildJob(placeholder, jobType, config, { runtimeClassName: o.runtimeClassName, sources: o.sources, egressProxy: o.egressProxy ?? null });
   const podSpec = job.spec!.template.spec!;
   const strip = (m: Record<string, string> | undefined) => Object.fromEntries(Object.entries(m ?? {}).filter(([k]) => k !== LABELS.executionId));
   const labels = { ...strip(job.metadata?.labels), ...(o.sessionId !== null ? { [SESSION_LABELS.sessionId]: o.sessionId } : {}) };
@@ -86,13 +88,12 @@ export function sessionJob(jobType: JobType, config: BuildJobConfig, o: SessionJ
     if (DROPPED_OPTIONS.has(a)) i++;
     else if (a !== '--tee') args.push(a);
   }
-  const command = [...head, '-c', o.runnerSource, ...args, '--session', '--cwd', '/workspace', '--go-port', String(GO_PORT)];
-  const mainMounts = [...(main.volumeMounts ?? []).filter((m) => m.name !== 'runner'), { name: 'workspace', mountPath: '/workspace' }];
+  const command = [...head, `${SOURCES_DIR}/${SOURCE_FILES.runner}`, ...args, '--session', '--cwd', '/workspace', '--go-port', String(GO_PORT)];
+  const mainMounts = [...(main.volumeMounts ?? []), { name: 'workspace', mountPath: '/workspace' }];
   const collectorCommand = [
     ...head.slice(0, head.indexOf('python3')),
     'python3',
-    '-c',
-    o.collectorSource,
+    `${SOURCES_DIR}/${SOURCE_FILES.session}`,
     '--go-port',
     String(GO_PORT),
     '--code-dir',
@@ -110,6 +111,7 @@ export function sessionJob(jobType: JobType, config: BuildJobConfig, o: SessionJ
     { name: 'input', mountPath: '/input' },
     { name: 'output', mountPath: '/output' },
     { name: 'workspace', mountPath: '/workspace' },
+    { name: 'runner', mountPath: SOURCES_DIR, readOnly: true },
   ];
   const containers: V1Container[] = podSpec.containers.map((c) => {
     if (c.name === CONTAINERS.main) return { ...main, command, workingDir: '/workspace', volumeMounts: mainMounts };
@@ -118,7 +120,7 @@ export function sessionJob(jobType: JobType, config: BuildJobConfig, o: SessionJ
   });
   const volumes = [
     ...(podSpec.volumes ?? [])
-      .filter((v) => v.name !== 'runner' && v.name !== 'control')
+      .filter((v) => v.name !== 'control')
       .map((v) => (v.name === 'code' || v.name === 'input' ? { name: v.name, emptyDir: { sizeLimit: DELIVERY_VOLUME_LIMIT } } : v)),
     { name: 'workspace', emptyDir: {} },
   ];

@@ -49,8 +49,8 @@ export interface SessionPoolJobOptions {
   /** The Job's name (random, `sps-p-…`). */
   name: string;
   runtimeClassName: string | null;
-  runnerSource: string;
-  collectorSource: string;
+  /** The runner sources ConfigMap's name (runs/runner-sources.ts). */
+  sources: string;
 }
 
 function body(jobType: JobType, config: BuildJobConfig, o: SessionPoolJobOptions): V1Job {
@@ -58,8 +58,7 @@ function body(jobType: JobType, config: BuildJobConfig, o: SessionPoolJobOptions
     sessionId: null,
     name: o.name,
     runtimeClassName: o.runtimeClassName,
-    runnerSource: o.runnerSource,
-    collectorSource: o.collectorSource,
+    sources: o.sources,
     // Only sessions asking for the type's own requirements take a pooled pod (sessions.ts).
     requirements: jobType.requirements,
     lifetimeSec: SESSION_POOL_DEADLINE_SEC - SESSION_DEADLINE_SLACK_SEC,

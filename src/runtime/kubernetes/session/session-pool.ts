@@ -25,6 +25,7 @@ import { poolBackoffMs } from '../pool/pool-decide.ts';
 import { lastOpenedByType, planSessionPools, sessionClaimOrder, sessionPoolMemberOf, type SessionPoolMember, type SessionPoolWant } from './session-pool-decide.ts';
 import { sessionClaimJobPatch, sessionClaimPodPatch, sessionPoolJob } from './session-pool-plan.ts';
 import { ReconcileLoop } from '../reconcile-loop.ts';
+import type { SourcesRef } from '../runs/runner-sources.ts';
 
 /** Pooled session pods starting at once, all types together. */
 const MAX_STARTING = 2;
@@ -39,8 +40,8 @@ export interface SessionPoolDeps {
   log: Logger;
   jobTypes: () => JobType[];
   runtimeClassName: () => Promise<string | null | false>;
-  runnerSource: () => string;
-  collectorSource: () => string;
+  /** The runner sources ConfigMap pooled session pods mount (runs/runner-sources.ts). */
+  sources: SourcesRef;
   /** Whether a type's sessions go through the egress proxy (not pooled: session-pool-plan.ts). */
   proxied: (jt: JobType) => boolean;
   /** Whether this replica creates and removes pooled Jobs (the leader's job). */
@@ -63,7 +64,7 @@ export class SessionPool {
   /** Created Jobs the informer has not shown yet (counted as starting). */
   private readonly pending = new Map<string, { jobType: string; specHash: string; at: number }>();
   private readonly failures = new Map<string, { count: number; lastAt: number; seen: Set<string> }>();
-  private readonly hashCache = new WeakMap<JobType, { rc: string | null; runner: string; collector: string; specHash: string }>();
+  private readonly hashCache = new WeakMap<JobType, { rc: string | null; sources: string; specHash: string }>();
 
   private readonly loop: ReconcileLoop;
 
@@ -103,12 +104,11 @@ export class SessionPool {
   private async specHash(jt: JobType): Promise<string | null> {
     const rc = await this.d.runtimeClassName();
     if (rc === false) return null;
-    const runner = this.d.runnerSource();
-    const collector = this.d.collectorSource();
+    const sources = this.d.sources.name();
     const hit = this.hashCache.get(jt);
-    if (hit && hit.rc === rc && hit.runner === runner && hit.collector === collector) return hit.specHash;
-    const { specHash } = sessionPoolJob(jt, this.d.config, { name: 'x', runtimeClassName: rc, runnerSource: runner, collectorSource: collector });
-    this.hashCache.set(jt, { rc, runner, collector, specHash });
+    if (hit && hit.rc === rc && hit.sources === sources) return hit.specHash;
+    const { specHash } = sessionPoolJob(jt, this.d.config, { name: 'x', runtimeClassName: rc, sources });
+    this.hashCache.set(jt, { rc, sources, specHash });
     return specHash;
   }
 
@@ -178,12 +178,13 @@ export class SessionPool {
       this.d.log.info({ job: r.name, reason: r.reason }, 'removing pooled session Job');
       await this.d.api.deleteJobIfUnchanged(ns, r.name, rv);
     }
+    if (plan.create.length > 0) await this.d.sources.ensure(); // the pods mount the runner from it
     for (const c of plan.create) {
       const jt = byName.get(c.jobType);
       const rc = await this.d.runtimeClassName();
       if (!jt || rc === false) continue;
       for (let i = 0; i < c.count; i++) {
-        const { job, specHash } = sessionPoolJob(jt, this.d.config, { name: `sps-p-${randomBytes(6).toString('hex')}`, runtimeClassName: rc, runnerSource: this.d.runnerSource(), collectorSource: this.d.collectorSource() });
+        const { job, specHash } = sessionPoolJob(jt, this.d.config, { name: `sps-p-${randomBytes(6).toString('hex')}`, runtimeClassName: rc, sources: this.d.sources.name() });
         const name = job.metadata!.name!;
         this.pending.set(name, { jobType: jt.name, specHash, at: this.d.clock.now() });
         await this.d.api.createJob(job).catch((err: unknown) => {

@@ -17,6 +17,7 @@ import type { Logger } from '../../../logger.ts';
 import type { SessionOpenOptions, SessionPoolStats, SessionSandbox } from '../../session.ts';
 import type { EgressCredentials } from '../runs/egress.ts';
 import { ensureJob } from '../runs/run-objects.ts';
+import type { SourcesRef } from '../runs/runner-sources.ts';
 import { podEnd, podTrouble } from './session-decide.ts';
 import { SESSION_LABELS, sessionJob, sessionJobName } from './session-job.ts';
 import { SESSION_POOL_LABELS } from './session-pool-plan.ts';
@@ -38,8 +39,8 @@ export interface KubeSessionsDeps {
   clock: Clock;
   log: Logger;
   runtimeClassName: () => Promise<string | null | false>;
-  runnerSource: () => string;
-  collectorSource: () => string;
+  /** The runner sources ConfigMap session pods mount (runs/runner-sources.ts). */
+  sources: SourcesRef;
   egress: EgressCredentials;
 }
 
@@ -88,12 +89,12 @@ export class KubeSessions {
       sessionId,
       name,
       runtimeClassName,
-      runnerSource: this.d.runnerSource(),
-      collectorSource: this.d.collectorSource(),
+      sources: this.d.sources.name(),
       requirements: o.requirements ?? jobType.requirements,
       lifetimeSec: o.lifetimeSec ?? 3600,
       egressProxy: await this.d.egress.forJob({ jobType }),
     });
+    await this.d.sources.ensure();
     const owner = await ensureJob(api, this.ns, job, name);
     try {
       const uid = owner.metadata?.uid ?? '';

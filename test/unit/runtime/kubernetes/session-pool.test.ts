@@ -17,7 +17,7 @@ import { validateJob } from '../../../support/k8s-schema.ts';
 
 const config = parseConfig({ runtime: 'kubernetes', kubernetes: { executor_image: 'sandpod/executor:test' } }, {});
 const jt = (over: Record<string, unknown> = {}) => fromConfig(v.parse(JobTypeConfigSchema, { name: 'default', memory_limit: '256m', ...over }));
-const opts = { name: 'sps-p-0123456789ab', runtimeClassName: 'gvisor', runnerSource: '# runner', collectorSource: '# collector' };
+const opts = { name: 'sps-p-0123456789ab', runtimeClassName: 'gvisor', sources: 'sandpod-runner-0123456789abcdef' };
 const T0 = Date.parse('2026-12-02T10:00:00Z');
 
 describe('sessionPoolJob', () => {
@@ -39,7 +39,7 @@ describe('sessionPoolJob', () => {
     // The spec hash ignores the name, follows the pod.
     expect(sessionPoolJob(jt(), config, { ...opts, name: 'sps-p-other' }).specHash).toBe(specHash);
     expect(sessionPoolJob(jt({ memory_limit: '512m' }), config, opts).specHash).not.toBe(specHash);
-    expect(sessionPoolJob(jt(), config, { ...opts, runnerSource: '# runner 2' }).specHash).not.toBe(specHash);
+    expect(sessionPoolJob(jt(), config, { ...opts, sources: 'sandpod-runner-fedcba9876543210' }).specHash).not.toBe(specHash);
   });
 
   it("a claim: the session id on Job (at its read version) and pod (at the pod's), the session's deadline from now", () => {

@@ -18,7 +18,7 @@ const config = parseConfig({ runtime: 'kubernetes', kubernetes: { executor_image
 const jt = (over: Record<string, unknown> = {}) => fromConfig(v.parse(JobTypeConfigSchema, { name: 'default', memory_limit: '256m', ...over }));
 const ID = '0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9';
 const build = (over: Partial<Parameters<typeof sessionJob>[2]> = {}, type = jt()) =>
-  sessionJob(type, config, { sessionId: ID, name: sessionJobName(ID), runtimeClassName: 'gvisor', runnerSource: '# runner', collectorSource: '# collector', requirements: [], lifetimeSec: 600, ...over });
+  sessionJob(type, config, { sessionId: ID, name: sessionJobName(ID), runtimeClassName: 'gvisor', sources: 'sandpod-runner-0123456789abcdef', requirements: [], lifetimeSec: 600, ...over });
 
 describe('sessionJob', () => {
   it('is a valid Job with the run Job isolation and the session changes', () => {
@@ -42,17 +42,23 @@ describe('sessionJob', () => {
         { name: 'workspace', mountPath: '/workspace' },
       ]),
     );
-    expect(main.volumeMounts?.some((m) => m.name === 'runner')).toBe(false);
+    // Runner and collector come from the runner sources ConfigMap, read-only in both containers.
+    for (const c of [main, collector]) expect(c.volumeMounts).toContainEqual({ name: 'runner', mountPath: '/sandpod', readOnly: true });
+    expect(pod.volumes?.find((vol) => vol.name === 'runner')).toEqual({ name: 'runner', configMap: { name: 'sandpod-runner-0123456789abcdef', defaultMode: 0o444 } });
     const cmd = main.command!;
     expect(cmd.slice(0, 2)).toEqual(['/usr/bin/env', '-i']);
-    expect(cmd[cmd.indexOf('-c') + 1]).toBe('# runner');
+    expect(cmd).not.toContain('-c');
+    expect(cmd[cmd.indexOf('/sandpod/runner.py') + 1]).toBeDefined();
     expect(cmd).toEqual(expect.arrayContaining(['--session', '--go-port']));
     expect(cmd[cmd.indexOf('--cwd') + 1]).toBe('/workspace');
     expect(cmd.filter((a) => a === '--cwd')).toHaveLength(1);
     for (const gone of ['--timeout', '--max-stream-bytes', '--tee', '--wait', '--ready-listen']) expect(cmd, gone).not.toContain(gone);
     expect(main.startupProbe).toBeUndefined();
     expect(collector).toMatchObject({ stdin: true, stdinOnce: false });
-    expect(collector.command![collector.command!.indexOf('-c') + 1]).toBe('# collector');
+    expect(collector.command).toContain('/sandpod/session-collector.py');
+    expect(collector.command).not.toContain('-c');
+    // A few KB: no text of the runner or the collector in the Job.
+    expect(JSON.stringify(job).length).toBeLessThan(12_000);
     expect(collector.securityContext).toMatchObject({ readOnlyRootFilesystem: true, runAsUser: 1000 });
     // No Secret is needed: no volume names one.
     expect(pod.volumes?.some((vol) => vol.secret)).toBe(false);
