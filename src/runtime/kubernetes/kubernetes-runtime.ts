@@ -26,7 +26,7 @@ import type { JobType } from '../../jobtypes/job-type.ts';
 import { buildJob } from './runs/build-job.ts';
 import { EgressCredentials } from './runs/egress.ts';
 import { RunnerSources } from './runs/runner-sources.ts';
-import { collectGarbage, ensureJob, ensureSecret } from './runs/run-objects.ts';
+import { collectGarbage, ensureJob, ensureSecret, secretForJob } from './runs/run-objects.ts';
 import { Leadership } from './leadership.ts';
 import { runtimeHealth } from './health.ts';
 import { RuntimeClassLookup } from './runtime-class.ts';
@@ -345,7 +345,7 @@ class KubernetesRuntime implements Runtime {
         const finished = adopted.status?.conditions?.some((c) => (c.type === 'Complete' || c.type === 'Failed') && c.status === 'True');
         // The process that created the Job may have died before its Secret existed.
         // A claimed pool pod has no Secret: its program came through attach.
-        if (!finished && !adopted.metadata?.labels?.[POOL_LABELS.pool]) await ensureSecret(this.api, this.ns, secret, adopted);
+        if (!finished && !adopted.metadata?.labels?.[POOL_LABELS.pool]) await ensureSecret(this.api, this.ns, secretForJob(secret, adopted, () => this.runner()), adopted);
       } else {
         await this.sources.ensure(); // the pod mounts the runner from it
         await assertHeld(options, 'creating its Job');

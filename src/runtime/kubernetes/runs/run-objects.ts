@@ -63,6 +63,19 @@ export async function ensureSecret(api: KubeApi, ns: string, secret: V1Secret, o
   if (!(await api.createSecret(mine))) throw new Error(`Secret ${name} was re-created while being replaced; retry`);
 }
 
+/**
+ * The Secret to re-create for an adopted Job. A Job made by a service of an earlier version (before
+ * the runner moved to the sources ConfigMap) mounts the runner from its Secret's key `runner.py`: a
+ * re-created Secret without it would leave a pod that has not mounted yet unable to. Pure.
+ */
+export function secretForJob(secret: V1Secret, job: V1Job, runner: () => string): V1Secret {
+  const fromSecret = job.spec?.template.spec?.volumes?.some((v) => v.name === 'runner' && v.secret);
+  if (!fromSecret) return secret;
+  return { ...secret, data: { ...secret.data, [LEGACY_RUNNER_KEY]: Buffer.from(runner(), 'utf8').toString('base64') } };
+}
+/** Where an earlier version's Secret held the runner. */
+export const LEGACY_RUNNER_KEY = 'runner.py';
+
 /** Deletes the Jobs (of this instance, as listed) whose execution is terminal or unknown (SPEC §1.12). */
 export async function collectGarbage(api: KubeApi, ns: string, jobs: readonly V1Job[], hooks: RuntimeHooks, log: Logger): Promise<void> {
   const byId = new Map<string, string>();

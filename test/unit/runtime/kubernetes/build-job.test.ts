@@ -3,6 +3,7 @@ import * as v from 'valibot';
 import { JobTypeConfigSchema, parseConfig } from '../../../../src/config.ts';
 import { fromConfig } from '../../../../src/jobtypes/job-type.ts';
 import { buildJob, jobDeadlineSeconds, ownSecret, runResources, toCpuQuantity, toQuantity } from '../../../../src/runtime/kubernetes/runs/build-job.ts';
+import { secretForJob } from '../../../../src/runtime/kubernetes/runs/run-objects.ts';
 import { jobTypeFromResource } from '../../../../src/jobtypes/kubernetes-registry.ts';
 import { qosClassOf } from '../../../support/fake-kube/qos.ts';
 import { executionLabel, jobNameFor } from '../../../../src/runtime/kubernetes/names.ts';
@@ -331,5 +332,19 @@ describe('buildJob: the runner', () => {
     expect(Object.keys(secret.data!)).not.toContain('runner.py');
     // The Secret is the run's own bytes: a one-line program and its input.
     expect(JSON.stringify(secret).length).toBeLessThan(1024);
+  });
+});
+
+describe('secretForJob: an adopted Job of an earlier version', () => {
+  it('gets the runner back in its re-created Secret when its pod mounts it from there, and only then', () => {
+    const { secret, job } = buildJob(spec(), jt(), config, opts);
+    // A Job of this version mounts the runner from the ConfigMap: the Secret stays the run's bytes.
+    expect(secretForJob(secret, job, () => 'RUNNER')).toBe(secret);
+    const old = structuredClone(job);
+    old.spec!.template.spec!.volumes = old.spec!.template.spec!.volumes!.map((v) => (v.name === 'runner' ? { name: 'runner', secret: { secretName: secret.metadata!.name!, items: [{ key: 'runner.py', path: 'runner.py' }] } } : v));
+    const back = secretForJob(secret, old, () => 'RUNNER');
+    expect(Buffer.from(back.data!['runner.py']!, 'base64').toString()).toBe('RUNNER');
+    expect(back.data!['main.py']).toBe(secret.data!['main.py']);
+    expect(secret.data!['runner.py']).toBeUndefined();
   });
 });
