@@ -3,11 +3,11 @@
  * session pods) as every run and session pod gets them: from one immutable ConfigMap per version of
  * the texts, in the runs namespace, mounted read-only at `/sandpod` in both containers (a `secret`
  * cold run's pod mounts it as well: its Secret then holds only the run's own bytes). Inline in the
- * commands (`python3 -c <text>`), the ≈ 85 KB of the two
- * made every such Job and pod that large: each create, each claim's patch, each watch event of the
- * Job and its pod, each status update the kubelet writes carried them through the API server and
- * etcd (a claim's patch took 19 ms against 12 ms for a small Job on kcluster; a cold attach run's pod
- * was created ≈ 35 ms sooner after the POST with the ConfigMap). With it such a Job is a few KB.
+ * commands (`python3 -c <text>`) or in a run's Secret, the ≈ 85 KB of the texts made every such
+ * object that large: each create, each claim's patch, each watch event of the Job and its pod, each
+ * status update the kubelet writes carried them through the API server and etcd (a claim's patch
+ * took 19 ms against 12 ms for a small Job on kcluster; a cold attach run's pod was created ≈ 35 ms
+ * sooner after the POST with the ConfigMap). With it such a Job is a few KB.
  *
  * The ConfigMap's name is a hash of the texts, so a service of another version (a rolling upgrade)
  * uses its own, and the pool's spec hash changes with it. Whoever creates a pod that mounts it makes
@@ -25,7 +25,7 @@ import { DELIVER_PATH, RUNNER_PATH, SESSION_COLLECTOR_PATH } from '../../../sand
 import { LABELS, MANAGED_BY } from '../names.ts';
 import { toMs } from './decide.ts';
 
-/** Where attach pods mount the texts. */
+/** Where pods mount the texts. */
 export const SOURCES_DIR = '/sandpod';
 /** The ConfigMap's keys, which are the files' names under {@link SOURCES_DIR}. */
 export const SOURCE_FILES = { runner: 'runner.py', deliver: 'deliver.py', session: 'session-collector.py' } as const;
