@@ -13,8 +13,8 @@
  * - event-loop delay = perf_hooks.monitorEventLoopDelay in the replica from the level's start to its
  *   last run resolved, the held sample's full collections left out (the monitor is reset around it:
  *   re-enabled without a reset it records the whole pause as one delay);
- * - API calls per run = non-watch requests of the level over N, the Lease's renewals left out (they
- *   are per replica, not per run; counted apart);
+ * - API calls per run = non-watch requests of the level over N, the Lease's renewals and the runner
+ *   sources ConfigMap's create left out (they are per replica, not per run; counted apart);
  * - informer memory = heap of a structured copy of the pod and Job caches, over the runs cached;
  * - replica CPU per run = its user + system CPU time over the level, over N (sizing: runs/s per core).
  * Targets: event-loop delay p99 ≤ 50 ms, overhead p99 ≤ 100 ms, API calls per run as the single run's,
@@ -167,7 +167,9 @@ export async function benchInflight(opts: { levels: number[]; say: (s: string) =
     }
     const overheads = [...terminatedAt].map(([id, at]) => (resolved.get(id) ?? NaN) - at).filter((x) => Number.isFinite(x));
     const calls = fake.apiCalls(from);
-    const lease = calls.filter((c) => c.path.includes('/leases')).length;
+    // Per replica, not per run: the Lease's renewals, and the runner sources ConfigMap's create (made
+    // sure of before the first run's Job, then at most once a minute; runs/runner-sources.ts).
+    const lease = calls.filter((c) => c.path.includes('/leases') || (c.method === 'POST' && c.path.endsWith('/configmaps'))).length;
     return {
       n,
       held,
