@@ -5,6 +5,7 @@
  * only the sandbox: the local one on the host (runtime/local/session/), the Kubernetes one as a pod of
  * its own (runtime/kubernetes/session/).
  */
+import { baseObservation, emptyRun } from './run-output.ts';
 import type { RawRun } from './runtime.ts';
 
 /** What a session's sandbox starts with. */
@@ -48,6 +49,16 @@ export class SessionDependencyError extends Error {
 export interface SessionEnd {
   reason: 'closed' | 'crashed' | 'oom';
   detail: string;
+}
+
+/**
+ * What a cell gets when its session's sandbox has already ended as the cell is handed over (the end
+ * came after the cell's record was written, e.g. an OOM kill of the pod between cells): nothing of it
+ * ran, and it says how the sandbox ended, as a cell that was running then would (`oom`, else killed).
+ * Not an error: a throw would count against the engine's breaker and be retried as an engine failure.
+ */
+export function cellAfterEnd(ended: SessionEnd, now: number): RawRun {
+  return emptyRun(baseObservation(now, { exitCode: 137, oomKilled: ended.reason === 'oom', oomDetectable: true, phase: 'failed', endedAt: new Date(now) }));
 }
 
 /** One cell of a session. */
@@ -98,7 +109,7 @@ export interface SessionSandbox {
    * is ready"), rather than started for this session.
    */
   readonly warm?: boolean;
-  /** Runs one cell (one at a time); a crash or OOM during it resolves too, and ends the sandbox. */
+  /** Runs one cell (one at a time); a crash or OOM during it resolves too, and ends the sandbox; on a sandbox already ended it resolves at once with {@link cellAfterEnd}. */
   runCell(c: CellSpec): Promise<RawRun>;
   /** How it ended; null while it lives. */
   readonly ended: SessionEnd | null;

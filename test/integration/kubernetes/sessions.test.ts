@@ -9,6 +9,9 @@
  * deleting the pod's Job.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { classify } from '../../../src/executions/classify.ts';
+import { FileJobTypeRegistry } from '../../../src/jobtypes/job-type.ts';
+import type { SessionEnd } from '../../../src/runtime/session.ts';
 import { SESSION_LABELS } from '../../../src/runtime/kubernetes/session/session-job.ts';
 import { SESSION_POOL_LABELS } from '../../../src/runtime/kubernetes/session/session-pool-plan.ts';
 import { freshDatabase, type TestDatabase } from '../../support/db.ts';
@@ -161,6 +164,25 @@ describe('sessions on the Kubernetes runtime (fake API server, real runner and c
     fake.oomKill(pod);
     expect(await json(await cell)).toMatchObject({ success: false, error: { type: 'oom' } });
     expect(await json(await svc.get(`/sessions/${s.session_id}`))).toMatchObject({ status: 'ended', end_reason: 'oom' });
+  }, 60_000);
+
+  it('a cell handed to a session sandbox the OOM killer already ended resolves as oom (ran nothing), not as an engine error', async () => {
+    // The window this closes: the end lands after the cell's record is written and before the cell is
+    // handed over. A throw there was retried as an engine failure and counted against the breaker.
+    const jt = new FileJobTypeRegistry(svc.config).get('default')!;
+    const sessionId = 'late-cell-oom';
+    const sandbox = await svc.runtime.openSession!(jt, { maxStreamBytes: 32768, startupMs: 30_000, sessionId, lifetimeSec: 600 });
+    try {
+      const ended = new Promise<SessionEnd>((r) => sandbox.onEnd(r));
+      fake.oomKill(podOf(sessionId)!.metadata.name);
+      expect((await ended).reason).toBe('oom');
+      const late = await sandbox.runCell({ cell: 1, code: 'print(1)', inputJson: '{}', timeoutSec: 5, maxStdoutBytes: 32768, maxArtifactBytes: 1 << 20 });
+      expect(late.observation).toMatchObject({ exitCode: 137, oomKilled: true });
+      expect(late.stdout).toBe('');
+      expect(classify(late).error?.type).toBe('oom');
+    } finally {
+      await sandbox.destroy();
+    }
   }, 60_000);
 
   it('the sweep ends idle and over-lifetime sessions (injected clock) and deletes their pods\' Jobs', async () => {

@@ -16,7 +16,7 @@ import type { KubeApi } from '../../../kube/index.ts';
 import type { Logger } from '../../../logger.ts';
 import { baseObservation, contentTypeFor } from '../../run-output.ts';
 import type { RawRun, RunnerReport } from '../../runtime.ts';
-import type { CellSpec, SessionEnd, SessionFiles, SessionSandbox, WorkspaceEntry } from '../../session.ts';
+import { cellAfterEnd, type CellSpec, type SessionEnd, type SessionFiles, type SessionSandbox, type WorkspaceEntry } from '../../session.ts';
 import { defaultOutputLimits, parseOutputTar, type CollectedOutput } from '../runs/output-tar.ts';
 import { SessionChannel, type CellFrame } from './session-channel.ts';
 import { answerError, podEnd, podOom, podSettled } from './session-decide.ts';
@@ -220,7 +220,7 @@ export class KubeSessionSandbox implements SessionSandbox {
   async runCell(c: CellSpec): Promise<RawRun> {
     await this.reattaching;
     await this.drained;
-    if (this.endedAs) throw new Error(`the session's sandbox has ended (${this.endedAs.reason})`);
+    if (this.endedAs) return cellAfterEnd(this.endedAs, this.d.now());
     const t0 = this.d.now();
     const tar = new PassThrough();
     const parsing = parseOutputTar(tar, defaultOutputLimits(c.maxArtifactBytes, c.maxStdoutBytes)).finally(() => tar.resume());

@@ -17,7 +17,7 @@ import type { JobType } from '../../../jobtypes/job-type.ts';
 import type { Logger } from '../../../logger.ts';
 import { baseObservation } from '../../run-output.ts';
 import type { RawRun, RunnerReport } from '../../runtime.ts';
-import type { CellSpec, SessionEnd, SessionSandbox } from '../../session.ts';
+import { cellAfterEnd, type CellSpec, type SessionEnd, type SessionSandbox } from '../../session.ts';
 import type { CgroupLimits, CgroupSupport, RunCgroup } from '../cgroups.ts';
 import { collectOutputs } from '../runs/collect.ts';
 import { runscDelete } from '../runs/proc.ts';
@@ -168,7 +168,7 @@ export class LocalSessionSandbox implements SessionSandbox {
 
   /** Runs one cell. Resolves with what happened (a crash or OOM included: the session then has ended). */
   async runCell(c: CellSpec): Promise<RawRun> {
-    if (this.endedAs) throw new Error(`the session's sandbox has ended (${this.endedAs.reason})`);
+    if (this.endedAs) return cellAfterEnd(this.endedAs, this.d.now());
     const t0 = this.d.now();
     const codePath = path.join(this.rd.dir, 'code', `cell-${c.cell}.py`);
     writeFileSync(codePath, c.code, { mode: 0o644 });
