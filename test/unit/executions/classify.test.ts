@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { classify, EXCEPTION_TYPES, exceptionType } from '../../../src/executions/classify.ts';
+import { cellAfterEnd } from '../../../src/runtime/session.ts';
 import { MAX_JSON_DEPTH } from '../../../src/util/json.ts';
 import { exceptionReport, makeRaw } from '../../support/raw-run.ts';
 
@@ -269,5 +270,18 @@ describe('classify: messages and edge cases', () => {
     expect(none.resourceUsage).toEqual({ max_rss_mb: 0, cpu_time_ms: 0, wall_time_ms: 40 });
     const negative = classify(makeRaw({}, { report: { exit_code: 0, timed_out: false, max_rss_kb: -5, cpu_time_ms: -5 } }));
     expect(negative.resourceUsage).toEqual({ max_rss_mb: 0, cpu_time_ms: 0, wall_time_ms: 40 });
+  });
+});
+
+describe('a session cell that reached a sandbox already ended (cellAfterEnd)', () => {
+  it.each([
+    ['oom', 'oom', 'oom'],
+    ['crashed', 'failed', 'killed'],
+    ['closed', 'failed', 'killed'],
+  ] as const)('ended %s → %s / %s, exit 137, nothing ran', (reason, status, type) => {
+    const raw = cellAfterEnd({ reason, detail: 'x' }, 1_000);
+    expect(raw.stdout + raw.stderr).toBe('');
+    const c = classify(raw);
+    expect(c).toMatchObject({ status, exitCode: 137, error: { type }, output: null });
   });
 });
