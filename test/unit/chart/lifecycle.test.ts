@@ -24,10 +24,13 @@ describeRendered('preStop and grace', () => {
     const script = longer.containers[0].lifecycle.preStop.exec.command[2] as string;
     expect(script).toBe('kill -USR2 1; sleep 12');
     // Run for real by a shell, against a process standing for PID 1: it gets SIGUSR2, and the hook pauses.
-    const target = spawn('node', ['-e', "process.on('SIGUSR2', () => { console.log('stepped down'); process.exit(0) }); setInterval(() => {}, 1000)"], { stdio: ['ignore', 'pipe', 'inherit'] });
+    // It says `ready` once its handler is in place: a signal before that would kill it (SIGUSR2's
+    // default), and a node start takes seconds on a loaded machine (a fixed 300 ms wait flaked in CI).
+    const target = spawn('node', ['-e', "process.on('SIGUSR2', () => { console.log('stepped down'); process.exit(0) }); console.log('ready'); setInterval(() => {}, 1000)"], { stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
-    target.stdout.on('data', (b: Buffer) => (out += b.toString()));
-    await new Promise((r) => setTimeout(r, 300));
+    const ready = new Promise<void>((r) => target.stdout.on('data', (b: Buffer) => ((out += b.toString()), out.startsWith('ready\n') && r())));
+    await ready;
+    out = out.slice('ready\n'.length);
     const t0 = Date.now();
     execFileSync('/bin/sh', ['-c', script.replace('kill -USR2 1', `kill -USR2 ${target.pid}`).replace('sleep 12', 'sleep 1')]);
     expect(Date.now() - t0).toBeGreaterThanOrEqual(900);
