@@ -166,7 +166,7 @@ describe('sessions on the Kubernetes runtime (fake API server, real runner and c
     expect(await json(await svc.get(`/sessions/${s.session_id}`))).toMatchObject({ status: 'ended', end_reason: 'oom' });
   }, 60_000);
 
-  it('a cell handed to a session sandbox the OOM killer already ended resolves as oom (ran nothing), not as an engine error', async () => {
+  it('a cell handed to a session sandbox the OOM killer already ended resolves as oom (ran nothing), not as an engine error; its files are a 409 (a lost attach a 503)', async () => {
     // The window this closes: the end lands after the cell's record is written and before the cell is
     // handed over. A throw there was retried as an engine failure and counted against the breaker.
     const jt = new FileJobTypeRegistry(svc.config).get('default')!;
@@ -174,12 +174,21 @@ describe('sessions on the Kubernetes runtime (fake API server, real runner and c
     const sandbox = await svc.runtime.openSession!(jt, { maxStreamBytes: 32768, startupMs: 30_000, sessionId, lifetimeSec: 600 });
     try {
       const ended = new Promise<SessionEnd>((r) => sandbox.onEnd(r));
-      fake.oomKill(podOf(sessionId)!.metadata.name);
+      const pod = podOf(sessionId)!.metadata.name;
+      // A files request whose attach is lost under it (an API server restart): a 503 to try again, and
+      // the next one goes through the attach made again.
+      const inflight = sandbox.files!.list();
+      expect(fake.dropAttaches(pod)).toBe(1);
+      await expect(inflight).rejects.toMatchObject({ code: 'service_unavailable', status: 503 });
+      expect(await sandbox.files!.list()).toEqual([]);
+      fake.oomKill(pod);
       expect((await ended).reason).toBe('oom');
       const late = await sandbox.runCell({ cell: 1, code: 'print(1)', inputJson: '{}', timeoutSec: 5, maxStdoutBytes: 32768, maxArtifactBytes: 1 << 20 });
       expect(late.observation).toMatchObject({ exitCode: 137, oomKilled: true });
       expect(late.stdout).toBe('');
       expect(classify(late).error?.type).toBe('oom');
+      // Its files: the API's 409 for an ended session, not an internal error.
+      await expect(sandbox.files!.list()).rejects.toMatchObject({ code: 'conflict', status: 409, message: expect.stringMatching(/ended \(oom\)/) });
     } finally {
       await sandbox.destroy();
     }

@@ -12,6 +12,7 @@
 import { createHash } from 'node:crypto';
 import { PassThrough } from 'node:stream';
 import type { V1Pod } from '@kubernetes/client-node';
+import { AppError } from '../../../errors.ts';
 import type { KubeApi } from '../../../kube/index.ts';
 import type { Logger } from '../../../logger.ts';
 import { baseObservation, contentTypeFor } from '../../run-output.ts';
@@ -268,10 +269,15 @@ export class KubeSessionSandbox implements SessionSandbox {
   }
 
   private fileOps(): SessionFiles {
+    // An ended sandbox is the API's 409 (as an ended session is); an attach lost under the request
+    // (an API server restart: it is being made again) a 503 to try again. Neither is a 500.
+    const ended = (e: SessionEnd) => new AppError('conflict', `the session's sandbox has ended (${e.reason})`);
     const ask = async (req: Record<string, unknown>) => {
       await this.reattaching;
-      if (this.endedAs) throw new Error(`the session's sandbox has ended (${this.endedAs.reason})`);
-      const a = await this.channel.request(req);
+      if (this.endedAs) throw ended(this.endedAs);
+      const a = await this.channel.request(req).catch((err: unknown) => {
+        throw this.endedAs ? ended(this.endedAs) : new AppError('service_unavailable', `the session's sandbox could not be reached (${err instanceof Error ? err.message : String(err)}); try again`);
+      });
       if (a.reply.ok !== true) throw answerError(a.reply);
       return a;
     };
