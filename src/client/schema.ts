@@ -3020,6 +3020,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Queue full, service degraded or shutting down */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
         };
     };
     getSessionFile: {
@@ -3090,6 +3099,15 @@ export interface operations {
             };
             /** @description Not implemented */
             501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Queue full, service degraded or shutting down */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3197,6 +3215,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Queue full, service degraded or shutting down */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
         };
     };
     deleteSessionFile: {
@@ -3249,6 +3276,15 @@ export interface operations {
             };
             /** @description Not implemented */
             501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Queue full, service degraded or shutting down */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };

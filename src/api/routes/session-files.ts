@@ -31,7 +31,7 @@ export function sessionFileRoutes(deps: AppDeps) {
 
   app.get(
     '/sessions/:id/files',
-    describeRoute({ operationId: 'listSessionFiles', tags: ['sessions'], summary: "The regular files at the top of the session's /workspace", parameters: [params[0]!], responses: { 200: jsonResponse('Files by name', FileListSchema), ...errorResponses(404, 409, 501) } }),
+    describeRoute({ operationId: 'listSessionFiles', tags: ['sessions'], summary: "The regular files at the top of the session's /workspace", parameters: [params[0]!], responses: { 200: jsonResponse('Files by name', FileListSchema), ...errorResponses(404, 409, 501, 503) } }),
     async (c) => {
       const items = await (await sessions().files(c.req.param('id'))).list();
       return c.json({ items, count: items.length });
@@ -47,7 +47,7 @@ export function sessionFileRoutes(deps: AppDeps) {
       description: `The body is the file's bytes (Content-Type: application/octet-stream), at most ${max} bytes (max_artifact_bytes). Replaces a regular file of that name; a link or directory of that name is 409 (links are never followed).`,
       parameters: params,
       requestBody: { content: { 'application/octet-stream': { schema: { type: 'string', format: 'binary' } } } },
-      responses: { 201: jsonResponse('Created', WrittenSchema), 200: jsonResponse('Replaced', WrittenSchema), ...errorResponses(400, 404, 409, 413, 415, 501) },
+      responses: { 201: jsonResponse('Created', WrittenSchema), 200: jsonResponse('Replaced', WrittenSchema), ...errorResponses(400, 404, 409, 413, 415, 501, 503) },
     }),
     async (c) => {
       // Read from the socket as JSON bodies are (validate.ts): an oversized file is a 413 the client
@@ -82,14 +82,14 @@ export function sessionFileRoutes(deps: AppDeps) {
       summary: "Read a file of the session's /workspace",
       description: 'ETag is the sha256 of the content; If-None-Match gives 304.',
       parameters: params,
-      responses: { 200: { description: 'The bytes', content: { 'application/octet-stream': { schema: { type: 'string', format: 'binary' } } } }, 304: { description: 'Not modified' }, ...errorResponses(400, 404, 409, 413, 501) },
+      responses: { 200: { description: 'The bytes', content: { 'application/octet-stream': { schema: { type: 'string', format: 'binary' } } } }, 304: { description: 'Not modified' }, ...errorResponses(400, 404, 409, 413, 501, 503) },
     }),
     download,
   );
 
   app.delete(
     '/sessions/:id/files/:name',
-    describeRoute({ operationId: 'deleteSessionFile', tags: ['sessions'], summary: "Remove a file of the session's /workspace", parameters: params, responses: { 204: { description: 'Removed' }, ...errorResponses(400, 404, 409, 501) } }),
+    describeRoute({ operationId: 'deleteSessionFile', tags: ['sessions'], summary: "Remove a file of the session's /workspace", parameters: params, responses: { 204: { description: 'Removed' }, ...errorResponses(400, 404, 409, 501, 503) } }),
     async (c) => {
       const name = c.req.param('name');
       checkFileName(name);
