@@ -58,7 +58,7 @@ export interface SessionEnd {
  * Not an error: a throw would count against the engine's breaker and be retried as an engine failure.
  */
 export function cellAfterEnd(ended: SessionEnd, now: number): RawRun {
-  return emptyRun(baseObservation(now, { exitCode: 137, oomKilled: ended.reason === 'oom', oomDetectable: true, phase: 'failed', endedAt: new Date(now) }));
+  return emptyRun(baseObservation(now, { exitCode: 137, oomKilled: ended.reason === 'oom', oomDetectable: true, phase: 'failed' }));
 }
 
 /** One cell of a session. */

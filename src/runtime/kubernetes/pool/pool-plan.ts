@@ -22,7 +22,7 @@ import type { RunSpec } from '../../runtime.ts';
 import { SECRET_KEYS, buildJob, builtImage, extraRequirements, jobDeadlineSeconds, type BuildJobConfig } from '../runs/build-job.ts';
 import { ANNOTATIONS, CLAIM_FILE, CONTAINERS, LABELS, RELEASE_FILE, executionLabel } from '../names.ts';
 import { toMs } from '../runs/decide.ts';
-import { SOURCES_DIR, SOURCE_FILES } from '../runs/runner-sources.ts';
+import { SOURCES_DIR, SOURCE_FILES, sourcesMount } from '../runs/runner-sources.ts';
 
 /**
  * Whether runs of a JobType can come from a pool pod (or a cold attach pod): every run that installs
@@ -129,7 +129,7 @@ function buildPoolJobBody(jobType: JobType, config: BuildJobConfig, opts: PoolJo
   // main keeps the run Job's mounts (code and input read-only), the runner's (`runner`, /sandpod) from
   // the sources ConfigMap instead of the run's Secret; the collector mounts it too.
   const mounts = main.volumeMounts ?? [];
-  const collectorMounts = [...(collector.volumeMounts ?? []), { name: 'code', mountPath: '/code' }, { name: 'input', mountPath: '/input' }, { name: 'runner', mountPath: SOURCES_DIR, readOnly: true }];
+  const collectorMounts = [...(collector.volumeMounts ?? []), { name: 'code', mountPath: '/code' }, { name: 'input', mountPath: '/input' }, sourcesMount()];
   // The collector's image is the executor image, which has python3 (it is the default for main).
   // `-S`: deliver.py needs nothing but the standard library, so no `site` (and its .pth files) at start.
   const collectorCommand = [

@@ -75,6 +75,11 @@ export function sourcesVolume(name: string): { name: string; configMap: { name: 
   return { name: 'runner', configMap: { name, defaultMode: 0o444 } };
 }
 
+/** Its mount, read-only at {@link SOURCES_DIR}, for a container that runs one of the texts. */
+export function sourcesMount(): { name: string; mountPath: string; readOnly: true } {
+  return { name: 'runner', mountPath: SOURCES_DIR, readOnly: true };
+}
+
 /** ConfigMap names the Jobs' pod templates mount. */
 function mountedBy(jobs: readonly V1Job[]): Set<string> {
   const names = new Set<string>();
@@ -111,33 +116,24 @@ export interface RunnerSourcesOptions {
 
 /** The texts, their ConfigMap's name, and the API calls that keep it there (see the module comment). */
 export class RunnerSources implements SourcesRef {
-  private runnerText: string | null;
-  private deliverText: string | null;
-  private sessionText: string | null;
+  /** The shipped texts, read once when one the options did not give is first needed. */
+  private shipped: SourceTexts | null = null;
   private ensuredAt: number | null = null;
   private ensuring: Promise<void> | null = null;
   private nameOf: string | null = null;
 
-  constructor(private readonly o: RunnerSourcesOptions) {
-    this.runnerText = o.runner ?? null;
-    this.deliverText = o.deliver ?? null;
-    this.sessionText = o.session ?? null;
+  constructor(private readonly o: RunnerSourcesOptions) {}
+
+  private text(key: keyof SourceTexts): string {
+    return this.o[key] ?? (this.shipped ??= shippedSources())[key];
   }
 
   runner(): string {
-    return (this.runnerText ??= readFileSync(RUNNER_PATH, 'utf8'));
-  }
-
-  deliver(): string {
-    return (this.deliverText ??= readFileSync(DELIVER_PATH, 'utf8'));
-  }
-
-  session(): string {
-    return (this.sessionText ??= readFileSync(SESSION_COLLECTOR_PATH, 'utf8'));
+    return this.text('runner');
   }
 
   private texts(): SourceTexts {
-    return { runner: this.runner(), deliver: this.deliver(), session: this.session() };
+    return { runner: this.text('runner'), deliver: this.text('deliver'), session: this.text('session') };
   }
 
   /** The ConfigMap's name. */

@@ -22,7 +22,7 @@ import type { RunSpec } from '../../runtime.ts';
 import { SECRET_KEYS, buildJob, type BuildJobConfig, type EgressProxyCredentials } from '../runs/build-job.ts';
 import { CONTAINERS, LABELS } from '../names.ts';
 import { GO_PORT } from '../pool/pool-plan.ts';
-import { SOURCES_DIR, SOURCE_FILES } from '../runs/runner-sources.ts';
+import { SOURCES_DIR, SOURCE_FILES, sourcesMount } from '../runs/runner-sources.ts';
 
 /** Labels of session Jobs and pods only. */
 export const SESSION_LABELS = {
@@ -111,7 +111,7 @@ export function sessionJob(jobType: JobType, config: BuildJobConfig, o: SessionJ
     { name: 'input', mountPath: '/input' },
     { name: 'output', mountPath: '/output' },
     { name: 'workspace', mountPath: '/workspace' },
-    { name: 'runner', mountPath: SOURCES_DIR, readOnly: true },
+    sourcesMount(),
   ];
   const containers: V1Container[] = podSpec.containers.map((c) => {
     if (c.name === CONTAINERS.main) return { ...main, command, workingDir: '/workspace', volumeMounts: mainMounts };
