@@ -82,7 +82,8 @@ async function poolFull(rel: E2ERelease, size: number, minMs: number, maxMs: num
   await sleep(minMs);
   let ready = 0;
   while (performance.now() - t0 < maxMs) {
-    ready = Math.min(...(await poolRows(rel)).map((rows) => rows.find((r) => r.job_type === 'default')?.ready ?? 0));
+    const seen = (await poolRows(rel)).map((rows) => rows.find((r) => r.job_type === 'default')?.ready ?? 0);
+    ready = seen.length ? Math.min(...seen) : 0;
     if (ready >= size) return;
     await sleep(2000);
   }
