@@ -27,6 +27,7 @@
  *
  * 11. Replicas (bench/replicas.ts; only with the e2e variables): time to first output through three API
  *     replicas on a real cluster, sequential, staggered and burst (issue 20: burst p50 ≤ 1.5 × sequential p50).
+ *     BENCH_REPLICAS_POOL (warm pool, default 4) and BENCH_REPLICAS_WORKERS (max_workers, default 8).
  *
  * Env: BENCH_RUNS (default 200), BENCH_ENGINES (default: every usable one), BENCH_SECONDS (acceptance
  * load duration, default 5), BENCH_ONLY (comma list of sync,accept,throughput,kubernetes,history,cluster,warm,inflight,queued,work,replicas), BENCH_HISTORY_ROWS.
