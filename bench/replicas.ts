@@ -90,6 +90,12 @@ async function poolFull(rel: E2ERelease, size: number, minMs: number, maxMs: num
   say(`(the pool had ${ready} of ${size} ready after ${ms(maxMs)} ms; going on)`);
 }
 
+/**
+ * The records of the runs tagged `$1`: async ones by their idempotency key, sync ones (POST /execute
+ * takes no key) by the tag in their code's comment.
+ */
+const OF_TAGS = "WHERE idempotency_key = ANY($1::text[]) OR substring(code from '# (.*)$') = ANY($1::text[])";
+
 async function mode(rel: E2ERelease, name: string, n: number, gapMs: number | null, say: Say): Promise<{ p50: number; lost: number; dup: number; record: string }> {
   const before = await warmHits(rel);
   const t0 = performance.now();
@@ -113,19 +119,18 @@ async function mode(rel: E2ERelease, name: string, n: number, gapMs: number | nu
   const wallMin = (performance.now() - t0) / 60_000;
   const hits = (await warmHits(rel)) - before;
   const rows = await rel.query<{ k: string; n: string; ok: string }>(
-    // POST /execute takes no idempotency_key: a sync run is found by the tag in its code's comment.
-    "SELECT coalesce(idempotency_key, substring(code from '# (.*)$')) AS k, count(*) AS n, count(*) FILTER (WHERE status = 'succeeded' AND stdout #>> '{}' = E'1\\n') AS ok FROM executions WHERE idempotency_key = ANY($1::text[]) OR substring(code from '# (.*)$') = ANY($1::text[]) GROUP BY 1",
+    `SELECT coalesce(idempotency_key, substring(code from '# (.*)$')) AS k, count(*) AS n, count(*) FILTER (WHERE status = 'succeeded' AND stdout #>> '{}' = E'1\\n') AS ok FROM executions ${OF_TAGS} GROUP BY 1`,
     [tags],
   );
   // Where the time went, from the runs' own records: the queue wait (async runs: POST to a worker's
   // claim), the runtime's startup (the claim or the pod start, to the program's first line) and
   // execution, and the whole created → ended.
   const [rec] = await rel.query<Record<'queue' | 'startup' | 'execution' | 'total', number | null>>(
-    "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - created_at) * 1000) AS queue, percentile_cont(0.5) WITHIN GROUP (ORDER BY (timing->>'startup_ms')::float) AS startup, percentile_cont(0.5) WITHIN GROUP (ORDER BY (timing->>'execution_ms')::float) AS execution, percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM ended_at - created_at) * 1000) AS total FROM executions WHERE idempotency_key = ANY($1::text[]) OR substring(code from '# (.*)$') = ANY($1::text[])",
+    `SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - created_at) * 1000) AS queue, percentile_cont(0.5) WITHIN GROUP (ORDER BY (timing->>'startup_ms')::float) AS startup, percentile_cont(0.5) WITHIN GROUP (ORDER BY (timing->>'execution_ms')::float) AS execution, percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM ended_at - created_at) * 1000) AS total FROM executions ${OF_TAGS}`,
     [tags],
   );
-  const p50 = (x: number | null | undefined) => (x === null || x === undefined ? '–' : `${ms(Number(x))} ms`);
-  const record = `${name}: record p50 — queue ${p50(rec?.queue)}, startup ${p50(rec?.startup)}, execution ${p50(rec?.execution)}, created → ended ${p50(rec?.total)}`;
+  const fmt = (x: number | null | undefined) => (x === null || x === undefined ? '–' : `${ms(Number(x))} ms`);
+  const record = `${name}: record p50 — queue ${fmt(rec?.queue)}, startup ${fmt(rec?.startup)}, execution ${fmt(rec?.execution)}, created → ended ${fmt(rec?.total)}`;
   const lost = tags.length - rows.filter((r) => Number(r.ok) >= 1).length;
   const dup = rows.filter((r) => Number(r.n) > 1).length;
   const q = (kind: Sample['kind']) => {
@@ -134,6 +139,13 @@ async function mode(rel: E2ERelease, name: string, n: number, gapMs: number | nu
   };
   say(`| ${name} | ${n} | ${q('stream')} | ${q('sync')} | ${hits} | ${(n / wallMin).toFixed(0)} | ${lost} | ${dup} | ${loadavg().map((l) => l.toFixed(1)).join(' / ')} |`);
   return { p50: quantile(samples.filter((s) => s.kind === 'stream').map((s) => s.ttfoMs), 0.5), lost, dup, record };
+}
+
+/** A positive whole number from the environment, or `dflt`; anything else stops the bench with its name. */
+function countFromEnv(name: string, dflt: number): number {
+  const v = Number(process.env[name] ?? dflt);
+  if (!Number.isInteger(v) || v < 1) throw new Error(`${name} must be a positive whole number, got ${process.env[name]}`);
+  return v;
 }
 
 /** Runs the section; returns whether its targets held (null: skipped). */
@@ -147,8 +159,8 @@ export async function benchReplicas(say: Say): Promise<boolean | null> {
   // docs/capacity.md §7, but kcluster's node takes 50 pods, the release's own among them: 44 fits),
   // BENCH_REPLICAS_WORKERS each replica's max_workers (8, the chart's default). Each pool pod's
   // requests are cut so that a pool near the size of the burst fits a small node.
-  const pool = Number(process.env.BENCH_REPLICAS_POOL ?? 4);
-  const workers = Number(process.env.BENCH_REPLICAS_WORKERS ?? 8);
+  const pool = countFromEnv('BENCH_REPLICAS_POOL', 4);
+  const workers = countFromEnv('BENCH_REPLICAS_WORKERS', 8);
   say(`warm pool ${pool}, max_workers ${workers} per replica`);
   const rel = new E2ERelease('spb');
   try {
