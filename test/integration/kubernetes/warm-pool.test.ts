@@ -507,6 +507,34 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     expect(fake.list('jobs', NS).some((j) => j.metadata.labels?.[LABELS.executionId] === s.executionId && !j.metadata.deletionTimestamp)).toBe(true);
   });
 
+  it('a run given back while its attach is held, the attach then refused (the collector not started yet): the Job and its pod stay for the next holder, unfenced', async () => {
+    // On a loaded node the attach goes out as soon as the pod is bound, and may be answered only
+    // after the run was given back, with a refusal (the collector not running yet). That refusal says
+    // nothing about a run no longer this process's: it must not fence the pod or delete the Job that
+    // the next holder re-attaches to.
+    fake.podStartDelayMs = 3000;
+    const rt = await start({ warm_pool_size: 0, cold_start: 'attach' });
+    const ledger = path.join(mkdtempSync(path.join(tmpdir(), 'ledger-')), 'ran');
+    const s = spec({ code: `open(${JSON.stringify(ledger)}, "a").write("x")\nprint("ran")` });
+    fake.hang({ path: /\/attach$/, only: 'requests' });
+    const ac = new AbortController();
+    const going = rt.run(s, { signal: ac.signal, leaveOnShutdown: true });
+    going.catch(() => undefined);
+    await fake.waitFor(() => fake.hungRequests > 0, 10_000, 'an attach held open');
+    ac.abort('shutdown');
+    await expect(going).rejects.toBeInstanceOf(LeftRunningError);
+    const pod = fake.list('pods', NS).find((p) => p.metadata.labels?.[LABELS.executionId] === s.executionId)!.metadata.name as string;
+    const refused = fake.attachRefusals;
+    fake.clearHang();
+    await fake.waitFor(() => fake.attachRefusals > refused, 5000, 'the held attach refused');
+    await fake.waitFor(() => fake.processAlive(pod, 'collector'), 10_000, 'the collector started');
+    await new Promise((r) => setTimeout(r, 1000)); // a fence and a delete would have come by now
+    expect(existsSync(path.join(path.dirname(fake.outputDir(pod)), 'control', 'claim'))).toBe(false);
+    expect(fake.list('jobs', NS).some((j) => j.metadata.labels?.[LABELS.executionId] === s.executionId && !j.metadata.deletionTimestamp)).toBe(true);
+    expect(fake.list('pods', NS).some((p) => p.metadata.name === pod && !p.metadata.deletionTimestamp)).toBe(true);
+    expect(existsSync(ledger)).toBe(false);
+  });
+
   it('a stale attempt (its process was taken over) that finds the new holder\'s Job, its program not handed over yet, leaves it alone', async () => {
     // The new holder made its Job and is about to hand the program over; the old holder, resumed and
     // not yet told, retries: it must neither fence nor delete that Job.

@@ -311,6 +311,8 @@ export class FakeKube {
   collectorEndLagMs = 0;
   /** Fault: `main`'s process in pods the fake runs starts this long after the collector's (a node slow to start it), ms. */
   mainStartDelayMs = 0;
+  /** Fault: pods the fake runs start their containers this long after they were made (a loaded node: sandbox, volumes), ms. */
+  podStartDelayMs = 0;
   /**
    * How long after main's startup probe passed (`started: true`) its `ready` follows, ms. A kubelet
    * sets `ready` at its next sync of the pod; Kubernetes 1.20 waited for the periodic one (up to a
@@ -993,7 +995,7 @@ export class FakeKube {
     }
     this.put('pods', pod);
     if (this.opts.runWarmPods && tpl.spec.containers.some((c: { name: string; stdin?: boolean }) => c.name === 'collector' && c.stdin)) {
-      this.later(5, () => this.startWarmPod(pod.metadata.name));
+      this.later(5 + this.podStartDelayMs, () => this.startWarmPod(pod.metadata.name));
     }
     job.status = { ...(job.status ?? {}), startTime: kubeTime(), active: 1 };
     this.put('jobs', job);

@@ -318,14 +318,18 @@ export class AttachedRuns {
           } catch (err) {
             // Taken over before the hand-over: the Job stays for the new holder (it sees nothing was handed over).
             if (err instanceof FencedError || err instanceof LeftRunningError) return c.untrack(key, err);
-            if (err instanceof AttachEndedError && !settled()) {
+            // The run ended meanwhile as this process sees it (given back, taken over, or ended by the
+            // controller, which removes its Job itself): a failure now says nothing about it, and the
+            // Job, with its pod, is the next holder's to decide on (it fences it if need be).
+            if (settled()) return;
+            if (err instanceof AttachEndedError) {
               ended = { at: this.d.clock.now(), err, pod: pod!.metadata!.name! };
               continue;
             }
             // Not running yet (the upgrade was refused, no stream opened): try again shortly. Refused
             // while the status says running: the container has just ended (the kubelet reports an
             // end late), and the next status says how; for a moment only, then the attempt fails.
-            if (upgradeRefused(err) && !settled()) {
+            if (upgradeRefused(err)) {
               if (!running) continue;
               refusedSince ??= now;
               if (this.d.clock.now() - refusedSince < REFUSED_WHILE_RUNNING_MS) continue;
