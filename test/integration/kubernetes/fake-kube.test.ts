@@ -4,6 +4,7 @@
  * channel opens with the empty frames a real server sends, and the collector's archive comes from
  * the real `tar` command.
  */
+import net from 'node:net';
 import { PassThrough } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
@@ -144,5 +145,31 @@ describe('fake API server: exec', () => {
     const res = await execInContainer(fake.kubeConfig(), { namespace: NS, pod, container: 'collector', command: ['tar', '-C', '/output/missing', '-cf', '-', '.'] });
     expect(res.exitCode).toBe(2);
     expect(res.stderr).toMatch(/missing/);
+  });
+});
+
+describe('fake API server: the ports of the pods it runs', () => {
+  it('a port a socket on this machine already holds is never given to a pod (its runner could not bind it)', async () => {
+    // Pods of the fake share the host's loopback, unlike a real cluster's: a listener of another
+    // service (RabbitMQ's 25672 lies in the range) or of another test file's pods must be skipped.
+    const holder = net.createServer();
+    let held = 0;
+    for (let tries = 0; held === 0 && tries < 20; tries++) {
+      const port = 12_000 + Math.floor(Math.random() * 19_000);
+      held = await new Promise<number>((resolve) => {
+        holder.once('error', () => resolve(0));
+        holder.listen(port, '127.0.0.1', () => resolve(port));
+      });
+    }
+    expect(held).toBeGreaterThan(0);
+    try {
+      const ports = fake as unknown as { nextGoPort: number; takeGoPort(): number };
+      ports.nextGoPort = held;
+      const given = ports.takeGoPort();
+      expect(given).not.toBe(held);
+      expect(given).toBeGreaterThan(held);
+    } finally {
+      holder.close();
+    }
   });
 });

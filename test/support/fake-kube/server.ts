@@ -66,7 +66,7 @@
  */
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
@@ -81,6 +81,25 @@ import { writeOutputDir, type RunOutputs } from './tar.ts';
 /** The range warm pods' go ports are taken from (see FakeKube.nextGoPort). */
 const GO_PORT_MIN = 12000;
 const GO_PORT_MAX = 32000;
+
+/** Local TCP ports of this machine's sockets, in any state (Linux's /proc/net/tcp and tcp6; empty elsewhere). */
+function localPortsInUse(): Set<number> {
+  const ports = new Set<number>();
+  for (const file of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    let text: string;
+    try {
+      text = readFileSync(file, 'utf8');
+    } catch {
+      continue;
+    }
+    // `  sl  local_address rem_address st ...`: the local address is HEXIP:HEXPORT.
+    for (const line of text.split('\n').slice(1)) {
+      const local = line.trim().split(/\s+/)[1];
+      if (local) ports.add(parseInt(local.slice(local.lastIndexOf(':') + 1), 16));
+    }
+  }
+  return ports;
+}
 
 /** A stored object (JSON as the API would serve it). */
 export type KObj = {
@@ -338,9 +357,14 @@ export class FakeKube {
    */
   private nextGoPort = GO_PORT_MIN + Math.floor(Math.random() * (GO_PORT_MAX - GO_PORT_MIN));
   private takeGoPort(): number {
-    const port = this.nextGoPort;
-    this.nextGoPort = port + 1 >= GO_PORT_MAX ? GO_PORT_MIN : port + 1;
-    return port;
+    // Not one a socket on this machine holds already (another service's listener, another test
+    // file's fake pods): a pod of a real cluster has its network namespace to itself.
+    const busy = localPortsInUse();
+    for (let tries = 0; ; tries++) {
+      const port = this.nextGoPort;
+      this.nextGoPort = port + 1 >= GO_PORT_MAX ? GO_PORT_MIN : port + 1;
+      if (!busy.has(port) || tries >= GO_PORT_MAX - GO_PORT_MIN) return port;
+    }
   }
   /** Epoch ms at which the test marked a pod's main container terminated, by pod name. */
   readonly mainTerminatedAt = new Map<string, number>();
