@@ -11,7 +11,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
-import { Log } from '@kubernetes/client-node';
+import { Log, Watch } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TOOL_BUILD_TIMEOUT_MS } from '../support/chart.ts';
 import { E2ERelease, RELEASE_READY, sleep } from '../support/e2e-release.ts';
@@ -95,6 +95,7 @@ describe.skipIf(!RELEASE_READY)('three replicas on a real cluster (needs the cha
     new Log(rel.kc).log(rel.runsNs, name, 'collector', sink, { follow: true }).catch(() => followed.delete(uid));
   };
   let watching: NodeJS.Timeout | null = null;
+  let deletions: AbortController | null = null;
 
   const lease = async () => (await rel.coordination.readNamespacedLease({ name: `${rel.release}-sandpod-leader`, namespace: rel.ns })).spec ?? {};
   const apiPods = async () =>
@@ -199,6 +200,21 @@ describe.skipIf(!RELEASE_READY)('three replicas on a real cluster (needs the cha
       '--set', 'probes.liveness.failureThreshold=12',
       '--set', 'probes.readiness.timeoutSeconds=15',
     ]);
+    // A pod deleted before it was ever bound to a node ran nothing. Its last state comes with its
+    // DELETED event: an unbound pod goes at once, often between two of the lists below, which then
+    // never see it deleting (and counted it as having run, the program's word missing).
+    const watchDeletions = async (): Promise<void> => {
+      deletions = await new Watch(rel.kc).watch(
+        `/api/v1/namespaces/${rel.runsNs}/pods`,
+        { labelSelector: 'sandpod.io/execution-id' },
+        (phase: string, p: { metadata?: { uid?: string }; spec?: { nodeName?: string } }) => {
+          if (phase === 'DELETED' && p.metadata?.uid && !p.spec?.nodeName) neverDelivered.add(p.metadata.uid);
+        },
+        // Ended by the API server (its request timeout) or cut: watched again until the tests end.
+        () => void (watching && watchDeletions().catch(() => undefined)),
+      );
+    };
+    await watchDeletions();
     // One list at a time, served from the API server's watch cache (resourceVersion 0): a quorum list
     // of every run pod each 500 ms took 16 s at the burst's peak and piled up dozens deep, loading the
     // API server and etcd more than the service did (seen in kcluster's apiserver traces).
@@ -243,6 +259,8 @@ describe.skipIf(!RELEASE_READY)('three replicas on a real cluster (needs the cha
 
   afterAll(async () => {
     if (watching) clearInterval(watching);
+    watching = null;
+    deletions?.abort();
     witnessServer?.close();
     await rel?.uninstall();
   }, 300_000);
