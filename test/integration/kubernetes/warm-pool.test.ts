@@ -16,7 +16,7 @@ import type { KubeApi } from '../../../src/kube/index.ts';
 import { FENCE_COMMAND, LABELS } from '../../../src/runtime/kubernetes/names.ts';
 import { handOverPayload } from '../../../src/runtime/kubernetes/runs/hand-over.ts';
 import { shippedSources, sourcesConfigMap, sourcesName } from '../../../src/runtime/kubernetes/runs/runner-sources.ts';
-import { FencedError, LeftRunningError, RunGoneError, type Runtime } from '../../../src/runtime/runtime.ts';
+import { FencedError, LeftRunningError, RunGoneError, type RawRun, type Runtime, type RunSpec } from '../../../src/runtime/runtime.ts';
 import { FakeKube, jobType, spec, startRuntime, testConfig } from '../../support/kube-runtime.ts';
 
 const NS = 'sandpod-jobs';
@@ -40,6 +40,22 @@ async function start(over: Record<string, unknown> = {}, tuning: { poolRefillDel
   });
   runtimes.push(rt);
   return rt;
+}
+
+/**
+ * Starts a run (its program appends to a ledger file) whose attach the fake holds open, then gives
+ * it back as a stopping service does.
+ */
+async function givenBackWithAttachHeld(rt: Runtime): Promise<{ s: RunSpec; ledger: string; going: Promise<RawRun> }> {
+  const ledger = path.join(mkdtempSync(path.join(tmpdir(), 'ledger-')), 'ran');
+  const s = spec({ code: `open(${JSON.stringify(ledger)}, "a").write("x")\nprint("ran")` });
+  fake.hang({ path: /\/attach$/, only: 'requests' });
+  const ac = new AbortController();
+  const going = rt.run(s, { signal: ac.signal, leaveOnShutdown: true });
+  going.catch(() => undefined);
+  await fake.waitFor(() => fake.hungRequests > 0, 10_000, 'an attach held open');
+  ac.abort('shutdown');
+  return { s, ledger, going };
 }
 
 /** The pool pod a warm run claimed (it carries the run's labels once claimed). */
@@ -486,14 +502,7 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     // not carry the program: the collector ends with none (exit 3) and the next holder starts afresh.
     const rt = await start({ warm_pool_size: poolSize, cold_start: 'attach' });
     if (poolSize > 0) await fake.waitFor(poolReady, 15_000, 'the pool ready');
-    const ledger = path.join(mkdtempSync(path.join(tmpdir(), 'ledger-')), 'ran');
-    const s = spec({ code: `open(${JSON.stringify(ledger)}, "a").write("x")\nprint("ran")` });
-    fake.hang({ path: /\/attach$/, only: 'requests' });
-    const ac = new AbortController();
-    const going = rt.run(s, { signal: ac.signal, leaveOnShutdown: true });
-    going.catch(() => undefined);
-    await fake.waitFor(() => fake.hungRequests > 0, 10_000, 'an attach held open');
-    ac.abort('shutdown');
+    const { s, ledger, going } = await givenBackWithAttachHeld(rt);
     await fake.waitFor(() => fake.list('pods', NS).some((p) => p.metadata.labels?.[LABELS.executionId] === s.executionId), 5000, 'the run\'s pod labelled');
     const pod = fake.list('pods', NS).find((p) => p.metadata.labels?.[LABELS.executionId] === s.executionId)!.metadata.name as string;
     // The attach opens now, after the run was given back (a warm run learns of it only then).
@@ -514,14 +523,7 @@ describe('cluster warm pool (fake API server, real runner)', () => {
     // the next holder re-attaches to.
     fake.podStartDelayMs = 3000;
     const rt = await start({ warm_pool_size: 0, cold_start: 'attach' });
-    const ledger = path.join(mkdtempSync(path.join(tmpdir(), 'ledger-')), 'ran');
-    const s = spec({ code: `open(${JSON.stringify(ledger)}, "a").write("x")\nprint("ran")` });
-    fake.hang({ path: /\/attach$/, only: 'requests' });
-    const ac = new AbortController();
-    const going = rt.run(s, { signal: ac.signal, leaveOnShutdown: true });
-    going.catch(() => undefined);
-    await fake.waitFor(() => fake.hungRequests > 0, 10_000, 'an attach held open');
-    ac.abort('shutdown');
+    const { s, ledger, going } = await givenBackWithAttachHeld(rt);
     await expect(going).rejects.toBeInstanceOf(LeftRunningError);
     const pod = fake.list('pods', NS).find((p) => p.metadata.labels?.[LABELS.executionId] === s.executionId)!.metadata.name as string;
     const refused = fake.attachRefusals;
