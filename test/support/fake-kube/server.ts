@@ -356,10 +356,9 @@ export class FakeKube {
    * a runner's bind would fail (it exits 125 and the run fails for the fake, not the service).
    */
   private nextGoPort = GO_PORT_MIN + Math.floor(Math.random() * (GO_PORT_MAX - GO_PORT_MIN));
-  private takeGoPort(): number {
+  private takeGoPort(busy: ReadonlySet<number> = localPortsInUse()): number {
     // Not one a socket on this machine holds already (another service's listener, another test
     // file's fake pods): a pod of a real cluster has its network namespace to itself.
-    const busy = localPortsInUse();
     for (let tries = 0; ; tries++) {
       const port = this.nextGoPort;
       this.nextGoPort = port + 1 >= GO_PORT_MAX ? GO_PORT_MIN : port + 1;
@@ -1509,9 +1508,10 @@ export class FakeKube {
     };
     // Every pod of the fake shares the host's loopback: each gets its own go port, and its own port
     // for what main's startup probe connects to.
-    const port = this.takeGoPort();
+    const busy = localPortsInUse(); // read once for both of the pod's ports
+    const port = this.takeGoPort(busy);
     const probe = (main as { startupProbe?: { tcpSocket?: { port?: number | string } } }).startupProbe?.tcpSocket;
-    const probePort = probe ? this.takeGoPort() : 0;
+    const probePort = probe ? this.takeGoPort(busy) : 0;
     const podIP = '127.0.0.1';
     this.updatePod(podName, (p) => {
       p.status.podIP ??= podIP;
