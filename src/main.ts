@@ -86,7 +86,16 @@ export interface Service {
    * (where the HTTP listener stops accepting: see `drain.ts`).
    */
   stop(graceMs?: number, onDrained?: () => void): Promise<void>;
+  /**
+   * The step of `stop()` under way (`drain`, `runtime`, `database`, …): a stop that does not return
+   * says where it waits. Null before `stop()` and once it returned; a step that threw stays named. A step still running after {@link SLOW_STOP_STEP_MS} is also
+   * logged (warn), once.
+   */
+  stopStep(): string | null;
 }
+
+/** How long one step of a service stop may take before it is logged as slow. */
+export const SLOW_STOP_STEP_MS = 10_000;
 
 /** Wires the service from a configuration. */
 export async function createService(config: Config, o: ServiceOverrides = {}): Promise<Service> {
@@ -161,6 +170,7 @@ export async function createService(config: Config, o: ServiceOverrides = {}): P
     ...(o.pollMs ? { pollMs: o.pollMs } : {}),
   });
   let shuttingDown = false;
+  let stopping: string | null = null;
   const sessions = runtime.openSession ? new SessionManager({ db, runtime, registry, config, executions, clock, logger }) : undefined;
   const app = createApp({ config, history: new History(db), executions, waiter, events, registry, builds, runtime, breaker, slots, logger, metrics, version: VERSION, isShuttingDown: () => shuttingDown, tokens, ...(sessions ? { sessions } : {}) });
 
@@ -195,28 +205,42 @@ export async function createService(config: Config, o: ServiceOverrides = {}): P
     async stop(graceMs = config.shutdown_grace_seconds * 1000, onDrained?: () => void) {
       shuttingDown = true;
       executions.beginDrain();
+      const step = async <T>(name: string, fn: () => Promise<T> | T): Promise<T> => {
+        stopping = name;
+        const slow = setTimeout(() => logger.warn({ step: name, after_ms: SLOW_STOP_STEP_MS }, 'shutdown: a step is still running'), SLOW_STOP_STEP_MS);
+        slow.unref();
+        try {
+          return await fn();
+        } finally {
+          clearTimeout(slow);
+        }
+      };
       // Cluster-wide duties (the leader Lease) move to another replica now, not after the drain.
-      await runtime.stepDown?.();
+      await step('step-down', () => runtime.stepDown?.());
       const deadline = clock.now() + graceMs;
-      const finished = (await dispatcher.stop(graceMs)) && (await executions.syncSettled(deadline - clock.now()));
+      const finished = await step('drain', async () => (await dispatcher.stop(graceMs)) && (await executions.syncSettled(deadline - clock.now())));
       if (!finished) {
         logger.warn('grace period over; returning unfinished jobs to the queue');
         executions.abortAll();
-        await dispatcher.drained();
-        await executions.syncSettled(5000);
+        await step('requeue', async () => {
+          await dispatcher.drained();
+          await executions.syncSettled(5000);
+        });
       }
       onDrained?.();
       // Local sandboxes die with the service: its sessions end `service_restart`; a cluster's session
       // pods live on, released for the next process to adopt (docs/api.md).
-      await sessions?.stop();
-      await webhooks?.stop();
-      await executions.stop();
-      await waiter.stop();
-      await events.stop();
-      await registry.stop?.();
-      await runtime.stop();
-      await db.destroy();
+      await step('sessions', () => sessions?.stop());
+      await step('webhooks', () => webhooks?.stop());
+      await step('executions', () => executions.stop());
+      await step('waiter', () => waiter.stop());
+      await step('events', () => events.stop());
+      await step('registry', () => registry.stop?.());
+      await step('runtime', () => runtime.stop());
+      await step('database', () => db.destroy());
+      stopping = null;
     },
+    stopStep: () => stopping,
   };
 }
 

@@ -53,7 +53,14 @@ export async function startTestService(config: Record<string, unknown> = {}, ove
     async close() {
       if (stopped) return;
       stopped = true;
-      await service.stop(2000);
+      // A stop that hangs (seen once in CI, on PGlite, not reproduced) says which step it waits on,
+      // before the hook's timeout ends the file without a word.
+      const watchdog = setInterval(() => process.stderr.write(`test service: stop still waiting on its '${service.stopStep() ?? '?'}' step\n`), 20_000);
+      try {
+        await service.stop(2000);
+      } finally {
+        clearInterval(watchdog);
+      }
       if (!database) await db.drop();
     },
   };
