@@ -88,8 +88,8 @@ export interface Service {
   stop(graceMs?: number, onDrained?: () => void): Promise<void>;
   /**
    * The step of `stop()` under way (`drain`, `runtime`, `database`, …): a stop that does not return
-   * says where it waits. Null before `stop()` and once it returned; a step that threw stays named. A step still running after {@link SLOW_STOP_STEP_MS} is also
-   * logged (warn), once.
+   * says where it waits. Null before `stop()` and once it returned; a step that threw stays named.
+   * A step still running after {@link SLOW_STOP_STEP_MS} is also logged (warn), once.
    */
   stopStep(): string | null;
 }

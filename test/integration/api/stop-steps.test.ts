@@ -38,6 +38,7 @@ describe('service stop steps', () => {
     release();
     await stopping;
     expect(svc.stopStep()).toBeNull();
-    await svc.close();
+    // Stopped already (close() would stop it again): only its database is left.
+    await svc.database.drop();
   });
 });
